@@ -1,0 +1,108 @@
+"""Finds the Lua scripts shipped with the package and runs them with one round trip each.
+
+Each script in ``lua/`` may include shared pieces from ``lua/include/`` with a line of the form
+``--#include name.lua``; the include is expanded once, when the script is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from redis.client import NEVER_DECODE, Pipeline
+from redis.exceptions import NoScriptError, ResponseError
+
+from .errors import ScriptError, WrongKeyTypeError
+
+_INCLUDE = re.compile(r"^--#include (?P<name>[\w.]+)$", re.MULTILINE)
+
+Arg = bytes | str | int | float
+
+
+def _lua_dir() -> Path:
+    """The ``lua`` directory: inside the installed package, else at the source tree's root."""
+    packaged = resources.files("redis_work_queue") / "lua"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "lua"
+
+
+def _expand(text: str, include_dir: Path) -> str:
+    return _INCLUDE.sub(lambda m: (include_dir / m["name"]).read_text("utf-8").rstrip(), text)
+
+
+def encode_arg(value: Arg) -> bytes | int | float:
+    """Encode one script argument; text is UTF-8, lone surrogates pass through unchanged."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return value
+
+
+def translate_error(err: ResponseError) -> Exception:
+    """Turn a server error raised by a script into this library's exception."""
+    message = str(err)
+    if "WRONGTYPE" in message:
+        return WrongKeyTypeError(
+            "a key of this queue holds a value of the wrong Redis type; nothing was changed "
+            f"({message})"
+        )
+    return ScriptError(message)
+
+
+class Script:
+    """One Lua script of the package, run through EVALSHA with a fallback to EVAL.
+
+    Replies are never decoded by the client, so item data stays binary even on a connection with
+    ``decode_responses=True``.
+    """
+
+    __slots__ = ("name", "script", "sha")
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.script = source.encode("utf-8")
+        self.sha = hashlib.sha1(self.script).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script on ``client`` (a Redis client or a pipeline).
+
+        On a pipeline the call is queued (the pipeline loads the script before it executes) and
+        the pipeline itself is returned.
+
+        Raises:
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+            ScriptError: Any other error raised by the script.
+        """
+        params = (len(keys), *(encode_arg(k) for k in keys), *(encode_arg(a) for a in args))
+        if isinstance(client, Pipeline):
+            client.scripts.add(self)
+            return client.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
+        try:
+            try:
+                return client.execute_command(
+                    "EVALSHA", self.sha, *params, **{NEVER_DECODE: True}
+                )
+            except NoScriptError:
+                return client.execute_command(
+                    "EVAL", self.script, *params, **{NEVER_DECODE: True}
+                )
+        except NoScriptError:
+            raise
+        except ResponseError as err:
+            raise translate_error(err) from err
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r}, sha={self.sha[:12]})"
+
+
+@cache
+def load(name: str) -> Script:
+    """Return the script ``lua/<name>.lua``, loaded and include-expanded once per process."""
+    lua = _lua_dir()
+    source = _expand((lua / f"{name}.lua").read_text("utf-8"), lua / "include")
+    return Script(name, source)
