@@ -25,9 +25,7 @@ def _to_bytes(data: object) -> bytes:
         return data.encode("utf-8")
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
-    raise InvalidArgumentError(
-        f"item data must be bytes or str, not {type(data).__name__}"
-    )
+    raise InvalidArgumentError(f"item data must be bytes or str, not {type(data).__name__}")
 
 
 class Item:

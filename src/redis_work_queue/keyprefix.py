@@ -8,7 +8,7 @@ _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
 def glob_escape(text: str) -> str:
-    """Escape the characters that Redis glob patterns (SCAN MATCH) treat specially.
+    r"""Escape the characters that Redis glob patterns (SCAN MATCH) treat specially.
 
     Args:
         text: A literal string, such as a key prefix.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from redis.client import NEVER_DECODE, Pipeline
 from redis.exceptions import NoScriptError, ResponseError
@@ -41,6 +41,20 @@ def encode_arg(value: Arg) -> bytes | int | float:
     if isinstance(value, str):
         return value.encode("utf-8", "surrogateescape")
     return value
+
+
+def raw_command(client: Any, *args: Arg) -> Any:
+    """Send one command whose reply must not be decoded (ids and data are bytes).
+
+    Raises:
+        WrongKeyTypeError: A key holds the wrong Redis type.
+    """
+    try:
+        return client.execute_command(*args, **{NEVER_DECODE: True})
+    except NoScriptError:
+        raise
+    except ResponseError as err:
+        raise translate_error(err) from err
 
 
 def translate_error(err: ResponseError) -> Exception:
@@ -80,21 +94,11 @@ class Script:
         """
         params = (len(keys), *(encode_arg(k) for k in keys), *(encode_arg(a) for a in args))
         if isinstance(client, Pipeline):
-            client.scripts.add(self)
-            return client.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
+            client.scripts.add(cast(Any, self))
         try:
-            try:
-                return client.execute_command(
-                    "EVALSHA", self.sha, *params, **{NEVER_DECODE: True}
-                )
-            except NoScriptError:
-                return client.execute_command(
-                    "EVAL", self.script, *params, **{NEVER_DECODE: True}
-                )
+            return raw_command(client, "EVALSHA", self.sha, *params)
         except NoScriptError:
-            raise
-        except ResponseError as err:
-            raise translate_error(err) from err
+            return raw_command(client, "EVAL", self.script, *params)
 
     def __repr__(self) -> str:
         return f"Script({self.name!r}, sha={self.sha[:12]})"
@@ -106,3 +110,14 @@ def load(name: str) -> Script:
     lua = _lua_dir()
     source = _expand((lua / f"{name}.lua").read_text("utf-8"), lua / "include")
     return Script(name, source)
+
+
+def preload(client: Any) -> None:
+    """Load every script of the package into the server's script cache (SCRIPT LOAD).
+
+    Not needed in general (a missing script is sent once with EVAL), but useful to warm up a
+    server, or with a server that closes the connection on a NOSCRIPT reply (the embedded
+    fakeredis TCP server does).
+    """
+    for path in sorted(_lua_dir().glob("*.lua")):
+        client.script_load(load(path.stem).script)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
-from redis.client import NEVER_DECODE, Pipeline
+from redis.client import Pipeline
 from redis.exceptions import ResponseError
 
 from . import scripts
@@ -116,7 +116,9 @@ class WorkQueue:
 
     def __init__(self, name: KeyPrefix) -> None:
         if not isinstance(name, KeyPrefix):
-            raise InvalidArgumentError(f"a queue is named by a KeyPrefix, not {type(name).__name__}")
+            raise InvalidArgumentError(
+                f"a queue is named by a KeyPrefix, not {type(name).__name__}"
+            )
         self.name = name
         self.keys = QueueKeys(name)
 
@@ -210,9 +212,7 @@ class WorkQueue:
         lease_script = scripts.load("lease")
         while True:
             token = new_token()
-            reply = lease_script(
-                db, (keys.queue, keys.processing), (*head, token, LEASE_BUDGET)
-            )
+            reply = lease_script(db, (keys.queue, keys.processing), (*head, token, LEASE_BUDGET))
             if reply == 1:
                 continue
             if reply != 0:
@@ -230,16 +230,9 @@ class WorkQueue:
                 return self._leased(reply, token)
 
     def _blocking_move(self, db: Redis, wait: float) -> bytes | None:
-        try:
-            moved: bytes | None = db.execute_command(
-                "BRPOPLPUSH",
-                self.keys.queue,
-                self.keys.processing,
-                round(wait, 3),
-                **{NEVER_DECODE: True},
-            )
-        except ResponseError as err:
-            raise scripts.translate_error(err) from err
+        moved: bytes | None = scripts.raw_command(
+            db, "BRPOPLPUSH", self.keys.queue, self.keys.processing, round(wait, 3)
+        )
         return moved
 
     @staticmethod
@@ -360,9 +353,7 @@ class WorkQueue:
         seen: set[bytes] = set()
         start = 0
         while True:
-            chunk = db.execute_command(
-                "LRANGE", key, start, start + SNAPSHOT_CHUNK - 1, **{NEVER_DECODE: True}
-            )
+            chunk = scripts.raw_command(db, "LRANGE", key, start, start + SNAPSHOT_CHUNK - 1)
             seen.update(chunk)
             if len(chunk) < SNAPSHOT_CHUNK:
                 return seen
@@ -375,8 +366,10 @@ class WorkQueue:
         return self._llen(db, self.keys.queue)
 
     def processing(self, db: Redis) -> int:
-        """The number of ids in the processing list: leased items and expired leases not yet
-        cleaned."""
+        """The number of ids in the processing list.
+
+        It counts leased items and items whose lease expired but that no clean has requeued yet.
+        """
         return self._llen(db, self.keys.processing)
 
     @staticmethod
@@ -389,4 +382,3 @@ class WorkQueue:
 
 def _key_bytes(key: bytes | str) -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
-

@@ -1,0 +1,94 @@
+"""Benchmark worker for this library, imported from the working tree (``src/``).
+
+Run by ``run.py`` as ``python bench/ours_worker.py --port P --workload W --out FILE``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from workloads import DATA, FILL_BATCH, PREFIX, worker_main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _import_ours() -> Any:
+    """Import ``redis_work_queue`` and make sure it is this repository's, not the baseline."""
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    rwq = importlib.import_module("redis_work_queue")
+    origin = Path(rwq.__file__).resolve()
+    if not origin.is_relative_to(SRC):
+        raise SystemExit(f"ours_worker imported redis_work_queue from {origin}, not from {SRC}")
+    if not hasattr(rwq.WorkQueue, "deep_clean") or not hasattr(rwq, "CleanReport"):
+        raise SystemExit(f"{origin} is not this library (no deep_clean / CleanReport)")
+    return rwq
+
+
+class OursQueue:
+    """This library behind the workloads' adapter interface."""
+
+    impl = "ours"
+    short_lease = 0.05
+
+    def __init__(self, rwq: Any, db: redis.Redis) -> None:
+        self._rwq = rwq
+        self._db = db
+        self._q = rwq.WorkQueue(rwq.KeyPrefix(PREFIX))
+
+    def new_item(self) -> Any:
+        return self._rwq.Item(DATA)
+
+    def add(self, item: Any) -> None:
+        self._q.add_unique_item(self._db, item)
+
+    def add_checked(self, item: Any) -> bool:
+        return bool(self._q.add_item(self._db, item))
+
+    def fill(self, n: int) -> None:
+        make, add = self._rwq.Item, self._q.add_unique_item_to_pipeline
+        for start in range(0, n, FILL_BATCH):
+            pipe = self._db.pipeline(transaction=False)
+            for _ in range(min(FILL_BATCH, n - start)):
+                add(pipe, make(DATA))
+            pipe.execute()
+
+    def add_lost(self, n: int) -> None:
+        """Write ``n`` data keys that are in neither list (as a crashed foreign client leaves)."""
+        pipe = self._db.pipeline(transaction=False)
+        for _ in range(n):
+            pipe.set(self._q.keys.item(self._rwq.Item(DATA).id()), DATA)
+        pipe.execute()
+
+    def lease(self, secs: float) -> Any | None:
+        return self._q.lease(self._db, secs, block=False)
+
+    def complete(self, item: Any) -> bool:
+        return bool(self._q.complete(self._db, item))
+
+    def light_clean(self) -> None:
+        self._q.light_clean(self._db)
+
+    def deep_clean(self) -> tuple[int, int]:
+        report = self._q.deep_clean(self._db)
+        return report.examined, report.requeued
+
+    def queue_len(self) -> int:
+        return int(self._q.queue_len(self._db))
+
+    def processing(self) -> int:
+        return int(self._q.processing(self._db))
+
+
+def main() -> None:
+    rwq = _import_ours()
+    worker_main(lambda db: OursQueue(rwq, db))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,455 @@
+"""Benchmark of redis_work_queue against the published baseline, redis-work-queue 0.1.5.
+
+Usage: python bench/run.py [--quick] [--check] [--json FILE] [--only NAME ...]
+
+Starts its own redis-server on a free port, installs the baseline into bench/.baseline/ once,
+runs every workload once per client, each in a fresh worker process on a freshly flushed
+database, and prints a table. The ratios are what matter (they come from the same run on the
+same server); the absolute figures depend on the machine. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+BASELINE_DIST = "redis-work-queue==0.1.5"
+BASELINE_DIR = BENCH / ".baseline" / "mevitae"
+WORKERS = {"ours": BENCH / "ours_worker.py", "baseline": BENCH / "mevitae_worker.py"}
+JOB_TIMEOUT = 900  # seconds; a worker that takes longer has hung
+
+Result = dict[str, Any]
+
+
+# Sizes ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each workload does."""
+
+    roundtrip: int  # PINGs and EVALSHAs
+    add: int  # items added, per client
+    lease: int  # items leased and completed, per client
+    hold: int  # leases kept in flight
+    inflight: int  # items leased and completed with ``hold`` in flight
+    light: tuple[int, ...]  # expired leases per light clean
+    deep: tuple[int, int]  # queued items per deep clean (small, large)
+    rounds: int = 3  # timed rounds of each rate workload; the best round counts
+
+
+FULL = Sizes(
+    roundtrip=30_000,
+    add=30_000,
+    lease=30_000,
+    hold=20_000,
+    inflight=9_000,
+    light=(5_000, 20_000),
+    deep=(20_000, 200_000),
+)
+QUICK = Sizes(
+    roundtrip=4_000,
+    add=4_000,
+    lease=4_000,
+    hold=5_000,
+    inflight=1_500,
+    light=(1_000, 4_000),
+    deep=(5_000, 50_000),
+)
+
+
+def count(n: int) -> str:
+    """20000 -> '20k'."""
+    if n >= 1000 and n % 100 == 0:
+        return f"{n / 1000:g}k"
+    return str(n)
+
+
+# Redis server -----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port != 6379:
+            return port
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the benchmark dies, even by SIGKILL (Linux only)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def redis_server(binary: str) -> Iterator[int]:
+    """Run a throw-away redis-server (no persistence) and yield its port; stop it on exit."""
+    workdir = Path(tempfile.mkdtemp(prefix="rwq-bench-"))
+    port = _free_port()
+    cmd = [
+        binary,
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", str(workdir),
+        "--logfile", str(workdir / "redis.log"),
+        "--daemonize", "no",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    atexit.register(stop)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                log = (workdir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited with {proc.returncode}:\n{log}")
+            try:
+                if client.ping():
+                    break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        yield port
+    finally:
+        stop()
+
+
+# Baseline ---------------------------------------------------------------------------------------
+
+
+def ensure_baseline() -> None:
+    """Install the baseline into bench/.baseline/mevitae unless it is there already."""
+    marker = BASELINE_DIR / "redis_work_queue" / "workqueue.py"
+    dist_info = BASELINE_DIR / "redis_work_queue-0.1.5.dist-info"
+    if marker.is_file() and dist_info.is_dir():
+        return
+    print(f"installing {BASELINE_DIST} into {BASELINE_DIR.relative_to(REPO)} ...", file=sys.stderr)
+    BASELINE_DIR.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="mevitae-", dir=BASELINE_DIR.parent))
+    try:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+                str(staging),
+                BASELINE_DIST,
+            ],
+            check=True,
+        )
+        shutil.rmtree(BASELINE_DIR, ignore_errors=True)
+        staging.rename(BASELINE_DIR)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# Jobs -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """One workload run by one client in its own process."""
+
+    key: str
+    impl: str
+    workload: str
+    params: Result = field(default_factory=dict)
+
+
+def plan(s: Sizes) -> list[Job]:
+    """Every job of a run, the two clients of each workload next to each other."""
+    r = s.rounds
+    jobs = [
+        Job("roundtrip", "ours", "roundtrip", {"n": s.roundtrip, "rounds": r}),
+        Job("add", "ours", "add", {"n": s.add, "rounds": r}),
+        Job("add", "baseline", "add", {"n": s.add, "rounds": r}),
+        Job("add_checked", "ours", "add_checked", {"n": s.add, "rounds": r}),
+        Job("lease_complete", "ours", "lease_complete", {"n": s.lease, "rounds": r}),
+        Job("lease_complete", "baseline", "lease_complete", {"n": s.lease, "rounds": r}),
+    ]
+    for workload in ("inflight_fifo", "inflight_stuck"):
+        params = {"n": s.inflight, "rounds": r, "hold": s.hold}
+        jobs += [Job(workload, impl, workload, params) for impl in ("ours", "baseline")]
+    for n in s.light:
+        jobs += [Job(f"light_clean:{n}", impl, "light_clean", {"n": n}) for impl in WORKERS]
+    jobs += [Job(f"deep_clean:{n}", "ours", "deep_clean", {"n": n}) for n in s.deep]
+    return jobs
+
+
+def worker_env(impl: str) -> dict[str, str]:
+    """The environment of a worker: only its own client importable first."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "src") if impl == "ours" else str(BASELINE_DIR)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_job(job: Job, port: int, admin: redis.Redis) -> Result:
+    """Flush the database, run the job's worker, return its result (or an ``error``)."""
+    admin.flushall()
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+        out_path = Path(out.name)
+    cmd = [
+        sys.executable, str(WORKERS[job.impl]),
+        "--port", str(port),
+        "--workload", job.workload,
+        "--params", json.dumps(job.params),
+        "--out", str(out_path),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            env=worker_env(job.impl),
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT,
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+            return {"error": f"worker exited with {proc.returncode}", "log": tail}
+        result: Result = json.loads(out_path.read_text(encoding="utf-8"))
+        if result.get("impl") != job.impl:
+            return {"error": f"worker reported impl {result.get('impl')!r}"}
+        return result
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker timed out after {JOB_TIMEOUT} s"}
+    finally:
+        out_path.unlink(missing_ok=True)
+
+
+# Table ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    workload: str
+    ours: str
+    baseline: str
+    ratio: str
+    basis: str
+    target: str
+    result: str  # PASS, FAIL or info
+
+
+def rate(v: float | None) -> str:
+    return "ERR" if v is None else f"{v:,.0f}/s"
+
+
+def secs(v: float | None) -> str:
+    if v is None:
+        return "ERR"
+    return f"{v * 1000:,.1f} ms" if v < 1 else f"{v:,.2f} s"
+
+
+def times(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def info(label: str, ours: str, baseline: str = "", ratio: float | None = None,
+         basis: str = "", target: str = "") -> Row:  # fmt: skip
+    """A row with no target of its own (or one shown for reference only)."""
+    return Row(label, ours, baseline, "" if not basis else times(ratio), basis, target, "info")
+
+
+def checked(label: str, ours: str, baseline: str, ratio: float | None, basis: str,
+            at_least: float | None = None, at_most: float | None = None) -> Row:  # fmt: skip
+    """A row whose ratio must be at least ``at_least`` or at most ``at_most``."""
+    if at_least is not None:
+        target, ok = f">= {at_least:.2f}x", ratio is not None and ratio >= at_least
+    elif at_most is not None:
+        target, ok = f"<= {at_most:.2f}x", ratio is not None and ratio <= at_most
+    else:
+        raise ValueError("a checked row needs a bound")
+    return Row(label, ours, baseline, times(ratio), basis, target, "PASS" if ok else "FAIL")
+
+
+def build_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
+    """Turn the results into table rows, working out each ratio and its target."""
+
+    def val(key: str, impl: str = "ours") -> float | None:
+        r = res.get((key, impl), {})
+        return None if "error" in r or "value" not in r else float(r["value"])
+
+    rt = res.get(("roundtrip", "ours"), {})
+    ping = rt["ping"]["value"] if "ping" in rt else None
+    evalsha = rt["evalsha"]["value"] if "evalsha" in rt else None
+    limit = None if evalsha is None else evalsha / 2
+    add, add_base, add_checked = val("add"), val("add", "baseline"), val("add_checked")
+    lc, lc_base = val("lease_complete"), val("lease_complete", "baseline")
+    fifo, fifo_base = val("inflight_fifo"), val("inflight_fifo", "baseline")
+    stuck, stuck_base = val("inflight_stuck"), val("inflight_stuck", "baseline")
+    held = count(s.hold)
+    rows = [
+        info("round trip: PING, 1 client", rate(ping)),
+        info("round trip: EVALSHA 'return 1'", rate(evalsha)),
+        checked("add: add_unique_item vs add_item", rate(add), rate(add_base),
+                div(add, add_base), "ours/base", at_least=2.0),
+        info("add_item (duplicate check), ours", rate(add_checked), "",
+             div(add_checked, add), "/add_unique"),
+        checked("lease+complete", rate(lc), rate(lc_base), div(lc, lc_base), "ours/base",
+                at_least=2.5),
+        checked("lease+complete vs round-trip limit", rate(lc), f"(limit {rate(limit)})",
+                div(lc, limit), "ours/(EVALSHA/2)", at_least=0.8),
+        checked(f"lease+complete, {held} in flight, FIFO", rate(fifo), rate(fifo_base),
+                div(fifo, lc), "/ours none in flight", at_least=0.9),
+        info(f"lease+complete, {held} older held", rate(stuck), rate(stuck_base),
+             div(stuck, lc), "/ours none in flight", "(>= 0.90x)"),
+    ]  # fmt: skip
+    for n in s.light:
+        t, t_base = val(f"light_clean:{n}"), val(f"light_clean:{n}", "baseline")
+        rows.append(
+            checked(f"light_clean, {count(n)} expired leases", secs(t), secs(t_base),
+                    div(t_base, t), "base/ours time", at_least=10.0)
+        )  # fmt: skip
+    small, large = s.deep
+    t_small, t_large = val(f"deep_clean:{small}"), val(f"deep_clean:{large}")
+    rows += [
+        info(f"deep_clean, {count(small)} items", secs(t_small)),
+        checked(f"deep_clean, {count(large)} items", secs(t_large), "", div(t_large, t_small),
+                f"t{count(large)}/t{count(small)}", at_most=1.2 * (large / small)),
+    ]  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    header = Row("workload", "ours", "baseline", "ratio", "ratio of", "target", "result")
+    table = [header, *rows]
+    columns = list(asdict(header))
+    widths = {c: max(len(getattr(r, c)) for r in table) for c in columns}
+    right = {"ours", "baseline", "ratio"}
+
+    def line(r: Row) -> str:
+        cells = []
+        for c in columns:
+            text = getattr(r, c)
+            cells.append(text.rjust(widths[c]) if c in right else text.ljust(widths[c]))
+        return "  ".join(cells).rstrip()
+
+    print(line(header))
+    print("  ".join("-" * widths[c] for c in columns))
+    for r in rows:
+        print(line(r))
+
+
+# Main -------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a ~30 s smoke run")
+    parser.add_argument("--check", action="store_true", help="exit 1 when any target fails")
+    parser.add_argument("--json", type=Path, help="also write the raw results to this file")
+    parser.add_argument("--redis-server", default="redis-server", help="redis-server binary")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="run only jobs whose key starts with NAME"
+    )
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    jobs = plan(sizes)
+    if args.only:
+        jobs = [j for j in jobs if j.key.startswith(tuple(args.only))]
+
+    # SIGTERM ends the run like Ctrl-C, so the redis-server is stopped either way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ensure_baseline()
+    started = time.perf_counter()
+    results: dict[tuple[str, str], Result] = {}
+    with redis_server(args.redis_server) as port:
+        admin = redis.Redis(host="127.0.0.1", port=port)
+        print(f"redis-server on port {port}; {len(jobs)} jobs", file=sys.stderr)
+        for i, job in enumerate(jobs, 1):
+            t0 = time.perf_counter()
+            result = run_job(job, port, admin)
+            results[(job.key, job.impl)] = result
+            status = result.get("error", "ok")
+            print(
+                f"[{i:2}/{len(jobs)}] {job.key:<18} {job.impl:<8} "
+                f"{time.perf_counter() - t0:6.1f} s  {status}",
+                file=sys.stderr,
+            )
+            for line in result.get("log", []):
+                print(f"        {line}", file=sys.stderr)
+        info = admin.info("server")
+        admin.close()
+
+    rows = build_rows(results, sizes)
+    mode = "quick" if args.quick else "full"
+    print()
+    print(
+        f"redis-work-queue benchmark ({mode}; redis {info.get('redis_version')}, "
+        f"Python {sys.version.split()[0]}; baseline {BASELINE_DIST}; "
+        f"{time.perf_counter() - started:.0f} s)"
+    )
+    print("Rates are the best of the timed rounds. The RATIOS are what matter: they come from")
+    print("this run on this server; the absolute figures depend on the machine.")
+    print()
+    print_table(rows)
+    failed = [r.workload for r in rows if r.result == "FAIL"]
+    print()
+    print(f"{len(failed)} target(s) failed: {', '.join(failed)}" if failed else "all targets met")
+    if args.json:
+        payload = {
+            "mode": mode,
+            "sizes": asdict(sizes),
+            "results": [{"key": k, "impl": impl, **r} for (k, impl), r in results.items()],
+            "rows": [asdict(r) for r in rows],
+        }
+        args.json.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    return 1 if args.check and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Fixtures: private redis-server processes, client flavours, and fakeredis.
+
+The suite never talks to port 6379: every real server is started here, on a free port, with
+persistence switched off, and stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    # Spawned worker processes import ``workers`` by name; the parent needs it too.
+    sys.path.insert(0, str(TESTS_DIR))
+
+FORBIDDEN_PORT = 6379
+START_DEADLINE_SECS = 10.0
+
+
+def redis_server_binary() -> str:
+    """The path of ``redis-server``; skip (or, in CI, fail) the test when there is none."""
+    found = shutil.which("redis-server")
+    if found is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("redis-server not found; CI requires a real Redis", pytrace=False)
+        pytest.skip("redis-server not found on PATH")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (never 6379)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port != FORBIDDEN_PORT:
+            return port
+
+
+@dataclass
+class RedisServer:
+    """One redis-server process owned by the test suite."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    clients: list[redis.Redis] = field(default_factory=list)
+
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new client of this server; closed when the server is stopped."""
+        client = redis.Redis(host=self.host, port=self.port, **kwargs)
+        self.clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        for client in self.clients:
+            try:
+                client.close()
+            except Exception:  # pragma: no cover - best effort at teardown
+                pass
+        self.clients.clear()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+def start_redis_server(workdir: Path) -> RedisServer:
+    """Start a redis-server on a free port and wait (with a deadline) until it answers PING."""
+    binary = redis_server_binary()
+    last_error = "never started"
+    for _attempt in range(5):
+        port = free_port()
+        assert port != FORBIDDEN_PORT
+        server_dir = workdir / f"redis-{port}"
+        server_dir.mkdir(parents=True, exist_ok=True)
+        log = server_dir / "redis.log"
+        process = subprocess.Popen(
+            [
+                binary,
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(server_dir),
+                "--logfile", str(log),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        server = RedisServer(port=port, process=process, workdir=server_dir)
+        deadline = time.monotonic() + START_DEADLINE_SECS
+        probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+        try:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    last_error = f"exited with {process.returncode}: " + (
+                        log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    )
+                    break
+                try:
+                    if probe.ping():
+                        return server
+                except redis.ConnectionError as err:
+                    last_error = str(err)
+                time.sleep(0.02)
+            else:
+                last_error = f"no PING reply within {START_DEADLINE_SECS} s"
+        finally:
+            probe.close()
+        server.stop()  # a port race or a slow start: try again on another port
+    pytest.fail(f"could not start redis-server: {last_error}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The session's own redis-server (started lazily, by the first test that needs it)."""
+    server = start_redis_server(tmp_path_factory.mktemp("redis-session"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[], RedisServer]]:
+    """Start extra servers for a test that needs its own; all are stopped at teardown."""
+    started: list[RedisServer] = []
+
+    def start() -> RedisServer:
+        server = start_redis_server(tmp_path_factory.mktemp("redis-extra"))
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+@dataclass
+class Backend:
+    """Where a test's data lives: the session's real server, or a private fakeredis server."""
+
+    name: str
+    real: bool
+    options: dict[str, Any]
+    server: RedisServer | None = None
+    fake_server: fakeredis.FakeServer | None = None
+
+    def client(self, **overrides: Any) -> redis.Redis:
+        """Another client of the same data, of the same flavour unless overridden."""
+        options = {**self.options, **overrides}
+        if self.server is not None:
+            return self.server.client(**options)
+        return fakeredis.FakeRedis(server=self.fake_server, **options)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None, "only a real server has a URL"
+        return self.server.url
+
+
+REAL_FLAVOURS = {
+    "redis-resp2-bytes": {"decode_responses": False, "protocol": 2},
+    "redis-resp3-str": {"decode_responses": True, "protocol": 3},
+    "redis-resp2-str": {"decode_responses": True, "protocol": 2},
+}
+FAKE_FLAVOURS = {
+    "fakeredis-bytes": {"decode_responses": False},
+    "fakeredis-str": {"decode_responses": True},
+}
+
+
+def _real_backend(server: RedisServer, name: str, options: dict[str, Any]) -> Backend:
+    backend = Backend(name=name, real=True, options=options, server=server)
+    admin = server.client()
+    admin.flushall()
+    admin.script_flush()
+    return backend
+
+
+@pytest.fixture(params=[*REAL_FLAVOURS, *FAKE_FLAVOURS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every client flavour: real Redis (RESP2/RESP3, bytes/str replies) and fakeredis."""
+    name = request.param
+    if name in REAL_FLAVOURS:
+        server = request.getfixturevalue("redis_server")
+        return _real_backend(server, name, dict(REAL_FLAVOURS[name]))
+    return Backend(
+        name=name, real=False, options=dict(FAKE_FLAVOURS[name]), fake_server=fakeredis.FakeServer()
+    )
+
+
+@pytest.fixture
+def db(backend: Backend) -> redis.Redis:
+    """A client of a freshly emptied database, parametrized over real Redis and fakeredis."""
+    return backend.client()
+
+
+@pytest.fixture
+def real_backend(redis_server: RedisServer) -> Backend:
+    """The session's real server, emptied for this test, with a bytes RESP2 client flavour."""
+    return _real_backend(redis_server, "redis-resp2-bytes", dict(REAL_FLAVOURS["redis-resp2-bytes"]))
+
+
+@pytest.fixture
+def real_db(real_backend: Backend) -> redis.Redis:
+    """A client of the (emptied) real server, for blocking, timing, process and SLOWLOG tests."""
+    return real_backend.client()
+
+
+@pytest.fixture
+def redis_url(real_backend: Backend) -> str:
+    """The URL of the (emptied) real server, for subprocesses."""
+    return real_backend.url
+
+
+@pytest.fixture
+def redis_port(real_backend: Backend) -> int:
+    """The port of the (emptied) real server."""
+    assert real_backend.server is not None
+    return real_backend.server.port

@@ -1,0 +1,91 @@
+"""KeyPrefix and the key layout, including Redis Cluster slot safety of every key."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import raw
+from redis.crc import key_slot
+
+from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
+from redis_work_queue.keyprefix import QueueKeys, glob_escape
+
+
+def test_of() -> None:
+    assert KeyPrefix("cv:").of("abc") == "cv:abc"
+    assert KeyPrefix("").of("x") == "x"
+
+
+def test_concat() -> None:
+    base = KeyPrefix("app:")
+    nested = KeyPrefix.concat(base, "jobs")
+    assert isinstance(nested, KeyPrefix)
+    assert nested.prefix == "app:jobs"
+    assert nested.of(":queue") == "app:jobs:queue"
+    assert base.prefix == "app:"  # unchanged
+    assert KeyPrefix.concat(KeyPrefix.concat(base, "a:"), "b") == KeyPrefix("app:a:b")
+
+
+def test_equality_hash_repr() -> None:
+    assert KeyPrefix("a") == KeyPrefix("a")
+    assert KeyPrefix("a") != KeyPrefix("b")
+    assert KeyPrefix("a") != "a"
+    assert len({KeyPrefix("a"), KeyPrefix("a")}) == 1
+    assert repr(KeyPrefix("a")) == "KeyPrefix('a')"
+
+
+def test_non_str_prefix_rejected() -> None:
+    with pytest.raises(TypeError):
+        KeyPrefix(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        KeyPrefix(None)  # type: ignore[arg-type]
+
+
+def test_queue_needs_a_keyprefix() -> None:
+    with pytest.raises(InvalidArgumentError):
+        WorkQueue("plain-string")  # type: ignore[arg-type]
+
+
+def test_key_layout() -> None:
+    keys = QueueKeys(KeyPrefix("p"))
+    assert keys.queue == "p:queue"
+    assert keys.processing == "p:processing"
+    assert keys.item("i") == "p:item:i"
+    assert keys.lease("i") == "p:lease:i"
+
+
+def test_glob_escape() -> None:
+    assert glob_escape("plain:text") == "plain:text"
+    assert glob_escape("a*b?c[d]e\\f") == "a\\*b\\?c\\[d\\]e\\\\f"
+    assert QueueKeys(KeyPrefix("q*")).item_pattern() == "q\\*:item:*"
+
+
+@pytest.mark.parametrize("prefix", ["jobs{tag}", "{tag}", "{tag}:jobs", "x{tag}y{other}"])
+def test_every_key_shares_the_hash_slot(db: redis.Redis, prefix: str) -> None:
+    """With a ``{tag}`` in the prefix, every key the library creates lands in one slot."""
+    queue = WorkQueue(KeyPrefix(prefix))
+    expected_slot = key_slot(b"{tag}")
+    seen: set[bytes] = set()
+
+    def record() -> None:
+        seen.update(raw(db, "KEYS", "*"))
+
+    ids = ["plain", "{other}", "x{y}z", "sp ace", "ü", "*?[]\\"]
+    for item_id in ids:
+        queue.add_item(db, Item(b"d", id=item_id))
+    queue.add_unique_item(db, Item(b"d"))
+    record()
+    leased = [queue.lease(db, 30, block=False) for _ in range(3)]
+    record()
+    queue.lease(db, 0.01, block=False)  # leaves a lease that expires
+    record()
+    assert leased[0] is not None
+    queue.complete(db, leased[0])
+    queue.light_clean(db)
+    queue.deep_clean(db)
+    record()
+    assert seen, "the queue created no keys"
+    slots = {key: key_slot(key) for key in seen}
+    assert set(slots.values()) == {expected_slot}, slots
+    for key in seen:
+        assert key.startswith(prefix.encode())
