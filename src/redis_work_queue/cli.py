@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from .demo import run_demo
 from .errors import WorkQueueError
 from .keyprefix import KeyPrefix
 from .workqueue import CleanReport, WorkQueue
@@ -78,8 +79,6 @@ def _info(args: argparse.Namespace, db: redis.Redis) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
     return run_demo(url=args.url, items=args.items, workers=args.workers, out=print)
 
 

@@ -19,7 +19,7 @@ import redis
 from .item import Item
 from .keyprefix import KeyPrefix
 from .scripts import preload
-from .workqueue import WorkQueue
+from .workqueue import WorkQueue, decode_id
 
 QUEUE = KeyPrefix("rwq-demo:{jobs}")
 RESULTS = "rwq-demo:results"
@@ -36,7 +36,7 @@ def embedded_server() -> Iterator[str]:
         RuntimeError: fakeredis or lupa is not installed.
     """
     try:
-        from fakeredis import TcpFakeServer
+        from fakeredis import TcpFakeServer  # noqa: PLC0415 (an optional dependency)
     except ImportError as err:  # pragma: no cover - depends on the installed extras
         raise RuntimeError(
             "the embedded server needs the 'embedded' extra: "
@@ -136,7 +136,8 @@ def _run(url: str, items: int, workers: int, out: Callable[[str], None]) -> int:
     deep = queue.deep_clean(db)
 
     done = db.hlen(RESULTS)
-    per_worker = {k.decode(): int(v) for k, v in db.hgetall(RESULTS + ":by-worker").items()}
+    counts = db.hgetall(RESULTS + ":by-worker")
+    per_worker = {decode_id(k): int(v) for k, v in counts.items()}
     completions = sum(per_worker.values())
     left = queue.queue_len(db) + queue.processing(db)
     out(f"workers completed {completions} items: {dict(sorted(per_worker.items()))}")
