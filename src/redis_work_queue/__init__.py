@@ -3,12 +3,14 @@
 from .errors import InvalidArgumentError, ScriptError, WorkQueueError, WrongKeyTypeError
 from .item import Item
 from .keyprefix import KeyPrefix
-from .workqueue import CleanReport, WorkQueue
+from .ops import CleanReport, DeadLetter
+from .workqueue import WorkQueue
 
 __version__ = "0.2.0"
 
 __all__ = [
     "CleanReport",
+    "DeadLetter",
     "InvalidArgumentError",
     "Item",
     "KeyPrefix",

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -20,7 +21,9 @@ import redis
 from .demo import run_demo
 from .errors import WorkQueueError
 from .keyprefix import KeyPrefix
-from .workqueue import CleanReport, WorkQueue
+from .ops import CleanReport
+from .worker import Worker, load_handler
+from .workqueue import WorkQueue
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -67,14 +70,78 @@ def _info(args: argparse.Namespace, db: redis.Redis) -> int:
     rows = {}
     for name in args.queues:
         queue = WorkQueue(KeyPrefix(name))
-        rows[name] = {"queued": queue.queue_len(db), "processing": queue.processing(db)}
+        rows[name] = {
+            "queued": queue.queue_len(db),
+            "processing": queue.processing(db),
+            "dead": queue.dead_count(db),
+        }
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
+    columns = ("queued", "processing", "dead")
     width = max(len("queue"), *(len(name) for name in rows))
-    print(f"{'queue':<{width}}  {'queued':>10}  {'processing':>10}")
+    print(f"{'queue':<{width}}" + "".join(f"  {c:>10}" for c in columns))
     for name, row in rows.items():
-        print(f"{name:<{width}}  {row['queued']:>10}  {row['processing']:>10}")
+        print(f"{name:<{width}}" + "".join(f"  {row[c]:>10}" for c in columns))
+    return EXIT_OK
+
+
+def _preview(data: bytes, width: int = 40) -> str:
+    text = data.decode("utf-8", "backslashreplace")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
+    queue = WorkQueue(KeyPrefix(args.queue))
+    if args.requeue or args.purge:
+        if bool(args.ids) == args.all:
+            return _fail(EXIT_USAGE, "name the dead letters' ids, or pass --all (not both)")
+        ids = None if args.all else args.ids
+        if args.requeue:
+            print(f"requeued {queue.requeue_dead(db, ids)} dead letters of {args.queue}")
+        else:
+            print(f"purged {queue.purge_dead(db, ids)} dead letters of {args.queue}")
+        return EXIT_OK
+    page = queue.dead_letters(db, args.start, args.count)
+    if args.json:
+        rows = [
+            {
+                "id": d.id,
+                "data": d.data.decode("utf-8", "backslashreplace"),
+                "deliveries": d.deliveries,
+                "reason": d.reason,
+                "died_at": d.died_at,
+            }
+            for d in page
+        ]
+        print(json.dumps({"total": queue.dead_count(db), "dead_letters": rows}))
+        return EXIT_OK
+    print(f"{queue.dead_count(db)} dead letters in {args.queue}")
+    for d in page:
+        died = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.died_at))
+        print(f"{d.id}  deliveries={d.deliveries}  died={died}  reason={d.reason!r}")
+        print(f"    {_preview(d.data, 72)}")
+    return EXIT_OK
+
+
+def _worker(args: argparse.Namespace, db: redis.Redis) -> int:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    db.ping()
+    handler = load_handler(args.handler)
+    queues = [WorkQueue(KeyPrefix(name), args.max_deliveries) for name in args.queues]
+    worker = Worker(
+        args.url,
+        queues,
+        handler,
+        lease_secs=args.lease_secs,
+        concurrency=args.concurrency,
+        processes=args.processes,
+        backoff=args.backoff,
+        max_backoff=args.max_backoff,
+    )
+    stats = worker.run()
+    print(f"completed {stats.completed}, failed {stats.failed}, lost {stats.lost}")
     return EXIT_OK
 
 
@@ -102,12 +169,46 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command, help=text, description=text)
         p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
         p.add_argument("--json", action="store_true", help="print one JSON object")
-        p.set_defaults(handler=_clean(kind))
+        p.set_defaults(func=_clean(kind))
 
-    p = sub.add_parser("info", help="queued and processing counts")
+    p = sub.add_parser("info", help="queued, processing and dead-letter counts")
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_info)
+    p.set_defaults(func=_info)
+
+    p = sub.add_parser(
+        "dead-letters",
+        help="list, requeue or purge a queue's dead letters",
+        description="List a queue's dead letters (oldest first), or requeue or purge some or all "
+        "of them.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("ids", nargs="*", metavar="ID", help="dead letters to requeue or purge")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--requeue", action="store_true", help="put them back on the queue")
+    action.add_argument("--purge", action="store_true", help="delete them for good")
+    p.add_argument("--all", action="store_true", help="requeue or purge every dead letter")
+    p.add_argument("--start", type=int, default=0, help="first to list (default 0)")
+    p.add_argument("--count", type=int, default=20, help="how many to list (default 20)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_dead_letters)
+
+    p = sub.add_parser(
+        "worker",
+        help="run a handler over queues",
+        description="Lease items from the queues (highest priority first) and call HANDLER on "
+        "each: a return completes the item, an exception releases it for a retry with "
+        "exponential backoff. SIGTERM or Ctrl-C stops cleanly; a second one releases held items.",
+    )
+    p.add_argument("handler", metavar="HANDLER", help="module:function, called with each Item")
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefixes")
+    p.add_argument("--concurrency", type=int, default=1, help="handlers at once (default 1)")
+    p.add_argument("--processes", action="store_true", help="run handlers in processes")
+    p.add_argument("--lease-secs", type=float, default=30.0, help="lease time (default 30)")
+    p.add_argument("--max-deliveries", type=int, default=None, help="then dead-letter")
+    p.add_argument("--backoff", type=float, default=1.0, help="first retry delay (default 1)")
+    p.add_argument("--max-backoff", type=float, default=300.0, help="longest retry delay")
+    p.set_defaults(func=_worker)
 
     p = sub.add_parser(
         "demo",
@@ -117,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--items", type=int, default=200, help="items to produce (default 200)")
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
-    p.set_defaults(handler=None)
+    p.set_defaults(func=None)
     return parser
 
 
@@ -132,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return _demo(args)
         db = _connect(args.url)
-        handler: Callable[[argparse.Namespace, Any], int] = args.handler
-        return handler(args, db)
+        func: Callable[[argparse.Namespace, Any], int] = args.func
+        return func(args, db)
     except (redis.ConnectionError, redis.TimeoutError) as err:
         return _fail(EXIT_UNREACHABLE, f"cannot reach Redis at {args.url}: {err}")
     except (WorkQueueError, redis.RedisError) as err:

@@ -18,8 +18,9 @@ import redis
 
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops import decode
 from .scripts import preload
-from .workqueue import WorkQueue, decode_id
+from .workqueue import WorkQueue
 
 QUEUE = KeyPrefix("rwq-demo:{jobs}")
 RESULTS = "rwq-demo:results"
@@ -137,7 +138,7 @@ def _run(url: str, items: int, workers: int, out: Callable[[str], None]) -> int:
 
     done = db.hlen(RESULTS)
     counts = db.hgetall(RESULTS + ":by-worker")
-    per_worker = {decode_id(k): int(v) for k, v in counts.items()}
+    per_worker = {decode(k): int(v) for k, v in counts.items()}
     completions = sum(per_worker.values())
     left = queue.queue_len(db) + queue.processing(db)
     out(f"workers completed {completions} items: {dict(sorted(per_worker.items()))}")

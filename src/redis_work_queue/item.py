@@ -31,8 +31,9 @@ def _to_bytes(data: object) -> bytes:
 class Item:
     """A work item: a string id and arbitrary bytes of data.
 
-    A leased item also carries its lease token (``lease_token``): the value its lease key was
-    given when this worker leased it.
+    A leased item also carries its lease token (``lease_token``: the value its lease key was
+    given when this worker leased it) and its delivery count (``deliveries``: how many times it
+    has been handed out, this time included).
 
     Args:
         data: The item's data. A ``str`` is stored as UTF-8.
@@ -43,7 +44,7 @@ class Item:
         InvalidArgumentError: ``data`` is not bytes-like or str, or ``id`` is empty.
     """
 
-    __slots__ = ("_data", "_id", "lease_token")
+    __slots__ = ("_data", "_id", "deliveries", "lease_token")
 
     def __init__(self, data: ItemData, id: str | None = None) -> None:
         self._data = _to_bytes(data)
@@ -55,6 +56,7 @@ class Item:
             raise InvalidArgumentError("an item id must not be empty")
         self._id = id
         self.lease_token: str | None = None
+        self.deliveries = 0
 
     def id(self) -> str:
         """The item's id."""

@@ -58,9 +58,28 @@ class QueueKeys:
 
     ``<prefix>:queue`` and ``<prefix>:processing`` are lists of ids; ``<prefix>:item:<id>`` holds
     an item's data and ``<prefix>:lease:<id>`` its lease (with an expiry).
+
+    Besides those, the library keeps an item's delivery count in ``<prefix>:deliveries`` and
+    its last failure reason in ``<prefix>:reasons`` (hashes, id -> value), delayed items in
+    ``<prefix>:delayed`` (sorted set, id -> due time in ms) and dead letters in ``<prefix>:dead``
+    (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
+    hash ``<prefix>:dead:<id>``.
     """
 
-    __slots__ = ("item_prefix", "lease_prefix", "prefix", "processing", "queue")
+    __slots__ = (
+        "dead",
+        "dead_prefix",
+        "delayed",
+        "deliveries",
+        "item_prefix",
+        "lease_prefix",
+        "prefix",
+        "processing",
+        "queue",
+        "reasons",
+        "script_args",
+        "script_keys",
+    )
 
     def __init__(self, prefix: KeyPrefix) -> None:
         self.prefix = prefix.prefix
@@ -68,6 +87,22 @@ class QueueKeys:
         self.processing = prefix.of(":processing")
         self.item_prefix = prefix.of(":item:")
         self.lease_prefix = prefix.of(":lease:")
+        self.deliveries = prefix.of(":deliveries")
+        self.reasons = prefix.of(":reasons")
+        self.dead = prefix.of(":dead")
+        self.dead_prefix = prefix.of(":dead:")
+        self.delayed = prefix.of(":delayed")
+        #: KEYS[1..6] of every queue-level script (see lua/include/queue.lua).
+        self.script_keys = (
+            self.queue,
+            self.processing,
+            self.deliveries,
+            self.reasons,
+            self.dead,
+            self.delayed,
+        )
+        #: ARGV[1..3] of every queue-level script.
+        self.script_args = (self.item_prefix, self.lease_prefix, self.dead_prefix)
 
     def item(self, item_id: str) -> str:
         """The data key of ``item_id``."""
@@ -76,6 +111,10 @@ class QueueKeys:
     def lease(self, item_id: str) -> str:
         """The lease key of ``item_id``."""
         return self.lease_prefix + item_id
+
+    def dead_item(self, item_id: str) -> str:
+        """The key of ``item_id``'s dead letter."""
+        return self.dead_prefix + item_id
 
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""

@@ -1,105 +1,21 @@
-"""WorkQueue: builds the arguments of the queue scripts and parses their replies."""
+"""WorkQueue: the synchronous API over the queue operations of :mod:`.ops`."""
 
 from __future__ import annotations
 
 import logging
-import math
-import secrets
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import ResponseError
 
-from . import scripts
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix, QueueKeys
+from .ops import CleanReport, DeadLetter, QueueOps, max_block
+from .protocol import run
 
 logger = logging.getLogger(__name__)
-
-#: Ids a lease call may drop (completed items, stray copies) before handing control back.
-LEASE_BUDGET = 100
-#: Ids one light-clean call examines: well under a millisecond of server time.
-CLEAN_CHUNK = 500
-#: The COUNT hint of each SCAN step of the deep clean.
-SCAN_COUNT = 1000
-#: Ids read per LRANGE when the deep clean takes its snapshot of the lists.
-SNAPSHOT_CHUNK = 2000
-#: Suspects re-checked per deep-clean call (each costs a scan of both lists, in C).
-RECHECK_CHUNK = 20
-
-
-@dataclass(frozen=True)
-class CleanReport:
-    """What one clean did.
-
-    Attributes:
-        examined: Ids looked at (light clean: processing-list entries; deep clean: data keys).
-        requeued: Items pushed back onto the main queue.
-        dropped: Ids removed from the processing list because their item no longer exists.
-    """
-
-    examined: int = 0
-    requeued: int = 0
-    dropped: int = 0
-
-
-def lease_ms(lease_secs: float) -> int:
-    """Validate a lease length in seconds and convert it to whole milliseconds.
-
-    Raises:
-        InvalidArgumentError: The length is not a positive, finite number of at least 1 ms.
-    """
-    if isinstance(lease_secs, bool) or not isinstance(lease_secs, int | float):
-        raise InvalidArgumentError(
-            f"lease_secs must be a number of seconds, not {type(lease_secs).__name__}"
-        )
-    if not math.isfinite(lease_secs) or lease_secs <= 0:
-        raise InvalidArgumentError(f"lease_secs must be positive and finite, got {lease_secs!r}")
-    ms = round(lease_secs * 1000)
-    if ms < 1:
-        raise InvalidArgumentError(f"lease_secs must be at least 0.001, got {lease_secs!r}")
-    return ms
-
-
-def check_timeout(timeout: float) -> float:
-    """Validate a blocking timeout in seconds (0 waits for ever).
-
-    Raises:
-        InvalidArgumentError: The timeout is negative or not a finite number.
-    """
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise InvalidArgumentError(f"timeout must be a number, not {type(timeout).__name__}")
-    if not math.isfinite(timeout) or timeout < 0:
-        raise InvalidArgumentError(f"timeout must be zero or positive, got {timeout!r}")
-    return float(timeout)
-
-
-def new_token() -> str:
-    """A fresh, random lease token."""
-    return secrets.token_hex(12)
-
-
-def decode_id(raw: bytes | str) -> str:
-    """Decode an id read from Redis; bytes that are not UTF-8 survive a round trip."""
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", "surrogateescape")
-    return raw
-
-
-def _check_item(item: object) -> Item:
-    if not isinstance(item, Item):
-        raise InvalidArgumentError(f"expected an Item, got {type(item).__name__}")
-    return item
-
-
-def _chunks(seq: list[bytes], size: int) -> Iterator[list[bytes]]:
-    for start in range(0, len(seq), size):
-        yield seq[start : start + size]
 
 
 class WorkQueue:
@@ -112,18 +28,32 @@ class WorkQueue:
     Args:
         name: The queue's key prefix. Put a ``{hash tag}`` in it to keep the queue in one
             Redis Cluster slot.
+        max_deliveries: Hand an item out at most this many times: when a try ends (by
+            ``release`` or by lease expiry) on the last allowed delivery, the item goes to the
+            queue's dead-letter store instead of back to the queue. None (the default) retries
+            for ever. Give every client of a queue the same value.
+
+    Raises:
+        InvalidArgumentError: ``name`` is not a KeyPrefix or ``max_deliveries`` is not a
+            positive int.
     """
 
-    def __init__(self, name: KeyPrefix) -> None:
+    def __init__(self, name: KeyPrefix, max_deliveries: int | None = None) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentError(
                 f"a queue is named by a KeyPrefix, not {type(name).__name__}"
             )
         self.name = name
         self.keys = QueueKeys(name)
+        self.ops = QueueOps(self.keys, max_deliveries)
+
+    @property
+    def max_deliveries(self) -> int | None:
+        """The queue's delivery limit, or None."""
+        return self.ops.max_deliveries or None
 
     def __repr__(self) -> str:
-        return f"WorkQueue({self.name!r})"
+        return f"WorkQueue({self.name!r}, max_deliveries={self.max_deliveries})"
 
     # Adding -----------------------------------------------------------------------------------
 
@@ -136,17 +66,13 @@ class WorkQueue:
 
         Returns:
             True when the item was added; False when an item with this id exists already
-            (queued or leased), in which case nothing changed.
+            (queued, leased or delayed), in which case nothing changed.
 
         Raises:
+            InvalidArgumentError: ``item`` is not an Item.
             WrongKeyTypeError: The main queue key holds something other than a list.
         """
-        item = _check_item(item)
-        keys = self.keys
-        added = scripts.load("add_item")(
-            db, (keys.queue, keys.item(item.id())), (item.id(), item.data())
-        )
-        return bool(added)
+        return run(db, self.ops.add(item, unique=False))
 
     def add_unique_item(self, db: Redis, item: Item) -> None:
         """Add an item whose id is known to be new (such as a fresh UUID), skipping the check.
@@ -155,19 +81,15 @@ class WorkQueue:
         second copy is dropped when it is met, so this costs accuracy of ``queue_len`` only.
 
         Raises:
+            InvalidArgumentError: ``item`` is not an Item.
             WrongKeyTypeError: The main queue key holds something other than a list.
         """
-        item = _check_item(item)
-        scripts.load("add_unique_item")(
-            db, (self.keys.queue, self.keys.item(item.id())), (item.id(), item.data())
-        )
+        run(db, self.ops.add(item, unique=True))
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
-        item = _check_item(item)
-        scripts.load("add_unique_item")(
-            pipeline, (self.keys.queue, self.keys.item(item.id())), (item.id(), item.data())
-        )
+        call = self.ops.add_call(item, unique=True)
+        call.script(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Same as :meth:`add_unique_item_to_pipeline` (the name other clients use for it)."""
@@ -176,9 +98,18 @@ class WorkQueue:
     # Leasing ----------------------------------------------------------------------------------
 
     def lease(
-        self, db: Redis, lease_secs: float, block: bool = True, timeout: float = 0
+        self,
+        db: Redis,
+        lease_secs: float,
+        block: bool = True,
+        timeout: float = 0,
+        at_most_once: bool = False,
     ) -> Item | None:
         """Lease the oldest queued item for ``lease_secs`` seconds.
+
+        Each lease writes a fresh random token into the lease key; the item carries it
+        (``item.lease_token``) along with its delivery count (``item.deliveries``, this delivery
+        included).
 
         When the queue has items this is one script call. When it is empty and ``block`` is
         true, the worker waits on a blocking BRPOPLPUSH (scripts cannot block), which moves an
@@ -187,65 +118,97 @@ class WorkQueue:
         light clean finds it and requeues it: nothing is lost. The claim only succeeds while the
         id is still on the processing list, so a cleaner that requeued it first wins cleanly.
 
-        A blocking call ties up its connection while it waits: give the client no
-        ``socket_timeout`` shorter than ``timeout`` (or none when ``timeout`` is 0).
+        A blocking wait is sent as a series of waits that each fit in the client's
+        ``socket_timeout``, so any timeout (including 0, for ever) works with any client.
 
         Args:
             db: The Redis client.
             lease_secs: How long the lease lasts, in seconds (millisecond precision).
             block: Wait for an item when the queue is empty.
             timeout: With ``block``, how long to wait in seconds; 0 waits for ever.
+            at_most_once: Remove the item from the queue as it is handed out, in the same
+                script: it is never delivered again, whatever happens to this worker. The item
+                then has no lease (there is nothing to complete or release).
 
         Returns:
-            The leased item, carrying its ``lease_token``; None when nothing could be leased
-            (``block`` false and the queue empty, or the timeout passed).
+            The leased item; None when nothing could be leased (``block`` false and the queue
+            empty, or the timeout passed).
 
         Raises:
             InvalidArgumentError: ``lease_secs`` or ``timeout`` is out of range.
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        ms = lease_ms(lease_secs)
-        wait = check_timeout(timeout)
-        deadline = time.monotonic() + wait if wait else math.inf
-        keys = self.keys
-        head = (keys.item_prefix, keys.lease_prefix, ms)
-        lease_script = scripts.load("lease")
-        while True:
-            token = new_token()
-            reply = lease_script(db, (keys.queue, keys.processing), (*head, token, LEASE_BUDGET))
-            if reply == 1:
-                continue
-            if reply != 0:
-                return self._leased(reply, token)
-            if not block:
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0.001:
-                return None
-            moved = self._blocking_move(db, 0 if remaining == math.inf else remaining)
-            if moved is None:
-                return None
-            reply = scripts.load("claim")(db, (keys.processing,), (*head, token, moved))
-            if reply != 0:
-                return self._leased(reply, token)
+        return run(db, self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db)))
 
-    def _blocking_move(self, db: Redis, wait: float) -> bytes | None:
-        moved: bytes | None = scripts.raw_command(
-            db, "BRPOPLPUSH", self.keys.queue, self.keys.processing, round(wait, 3)
-        )
-        return moved
+    def renew(self, db: Redis, item: Item, lease_secs: float) -> bool:
+        """Extend the lease on ``item`` to ``lease_secs`` seconds from now.
 
-    @staticmethod
-    def _leased(reply: Any, token: str) -> Item:
-        raw_id, data = reply
-        item = Item(data, id=decode_id(raw_id))
-        item.lease_token = token
-        return item
+        Returns:
+            True when the lease was extended; False, with nothing changed, when the caller no
+            longer holds it (it expired, or another worker has leased the item since).
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
+                out of range.
+        """
+        return run(db, self.ops.renew(item, lease_secs))
+
+    def release(self, db: Redis, item: Item, delay: float = 0, reason: str | None = None) -> bool:
+        """Give a leased item back before its lease ends (a retryable failure).
+
+        The item goes back to the main queue (at once, or after ``delay`` seconds), or, when it
+        has been delivered ``max_deliveries`` times, to the dead-letter store.
+
+        Args:
+            db: The Redis client.
+            item: The item, as returned by ``lease``.
+            delay: Seconds before the item may be leased again.
+            reason: Why the try failed; kept with the item (and with its dead letter).
+
+        Returns:
+            True when the caller held the lease and the item was given back (or buried); False,
+            with nothing changed, when it did not hold the lease.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``delay`` is
+                negative.
+        """
+        return run(db, self.ops.release(item, delay, reason))
+
+    @contextmanager
+    def leased(
+        self,
+        db: Redis,
+        lease_secs: float,
+        block: bool = True,
+        timeout: float = 0,
+        retry_delay: float = 0,
+    ) -> Iterator[Item | None]:
+        """Lease an item for the body of a ``with`` block.
+
+        On a normal exit the item is completed; when the body raises, the item is released
+        (with ``retry_delay`` and the exception as its reason) and the exception propagates.
+        The block receives None when nothing was leased.
+
+        Example:
+            >>> with queue.leased(db, 30) as item:  # doctest: +SKIP
+            ...     process(item)
+        """
+        item = self.lease(db, lease_secs, block=block, timeout=timeout)
+        if item is None:
+            yield None
+            return
+        try:
+            yield item
+        except BaseException as err:
+            self.release(db, item, delay=retry_delay, reason=f"{type(err).__name__}: {err}")
+            raise
+        self.complete(db, item)
 
     # Completing -------------------------------------------------------------------------------
 
     def complete(self, db: Redis, item: Item) -> bool:
-        """Mark an item as done and remove it from the queue.
+        """Mark an item as done and remove it, with all its bookkeeping, from the queue.
 
         Returns:
             True for exactly one call per item: the call that removed it. Every later call (or
@@ -253,51 +216,31 @@ class WorkQueue:
             item again.
 
         Raises:
+            InvalidArgumentError: ``item`` is not an Item.
             WrongKeyTypeError: The processing key holds something other than a list.
         """
-        item = _check_item(item)
-        keys = self.keys
-        item_id = item.id()
-        removed = scripts.load("complete")(
-            db, (keys.processing, keys.item(item_id), keys.lease(item_id)), (item_id,)
-        )
-        return bool(removed)
+        return run(db, self.ops.complete(item))
 
     # Cleaning ---------------------------------------------------------------------------------
 
     def light_clean(self, db: Redis) -> CleanReport:
         """Requeue items whose lease has expired, going through the processing list once.
 
-        The list is walked from its oldest end in steps of at most ``CLEAN_CHUNK`` ids, each one
-        script call, so Redis is never held for more than about a millisecond. Run it about as
-        often as your shortest lease time.
+        The list is walked from its oldest end in steps of at most 500 ids, each one script call,
+        so Redis is never held for more than about a millisecond. Items whose last allowed
+        delivery expired go to the dead-letter store. Due delayed items are promoted. Run it
+        about as often as your shortest lease time.
 
         Returns:
-            How many entries were examined, how many items were requeued and how many ids of
-            completed items were dropped from the processing list.
+            How many entries were examined, requeued, dropped (their item no longer exists) and
+            moved to the dead-letter store.
 
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        keys = self.keys
-        step = scripts.load("light_clean")
-        total = self._llen(db, keys.processing)
-        examined = requeued = dropped = 0
-        while examined < total:
-            budget = min(CLEAN_CHUNK, total - examined)
-            seen, back, gone = step(
-                db, (keys.queue, keys.processing), (keys.item_prefix, keys.lease_prefix, budget)
-            )
-            examined += seen
-            requeued += back
-            dropped += gone
-            if seen < budget:
-                break
-        report = CleanReport(examined=examined, requeued=requeued, dropped=dropped)
-        if requeued or dropped:
-            logger.info("light clean of %s: %s", self.name.prefix, report)
-        else:
-            logger.debug("light clean of %s: %s", self.name.prefix, report)
+        report = run(db, self.ops.light_clean())
+        level = logging.INFO if report.requeued or report.dropped or report.dead else logging.DEBUG
+        logger.log(level, "light clean of %s: %s", self.name.prefix, report)
         return report
 
     def deep_clean(self, db: Redis) -> CleanReport:
@@ -309,76 +252,67 @@ class WorkQueue:
         It works in bounded steps: SCAN over ``<prefix>:item:*`` (never KEYS; the prefix is
         glob-escaped), a read-only script that keeps the unleased ids of each step, a snapshot of
         both lists read in chunks, and finally, for each id missing from the snapshot, a script
-        that re-checks it atomically before requeueing it. Cost: linear in the number of items,
+        that re-checks it atomically before requeueing it. It also drops delivery counts and
+        reasons left behind by items that no longer exist. Cost: linear in the number of items,
         plus one scan of the lists (in C, inside Redis) per id found missing.
 
         Returns:
-            How many data keys were examined and how many items were requeued.
+            How many data keys were examined, items requeued and bookkeeping entries forgotten.
 
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        keys = self.keys
-        unleased = scripts.load("unleased")
-        offset = len(keys.item_prefix.encode("utf-8"))
-        head = (keys.item_prefix, keys.lease_prefix)
-        examined = 0
-        candidates: list[bytes] = []
-        cursor: Any = 0
-        while True:
-            cursor, found = db.scan(cursor, match=keys.item_pattern(), count=SCAN_COUNT)
-            if found:
-                ids = [_key_bytes(key)[offset:] for key in found]
-                examined += len(ids)
-                candidates.extend(unleased(db, (keys.queue,), (*head, *ids)))
-            if int(cursor) == 0:
-                break
-        requeued = 0
-        if candidates:
-            listed = self._snapshot(db, keys.processing) | self._snapshot(db, keys.queue)
-            suspects = list(dict.fromkeys(c for c in candidates if c not in listed))
-            recheck = scripts.load("deep_clean")
-            for chunk in _chunks(suspects, RECHECK_CHUNK):
-                done = recheck(db, (keys.queue, keys.processing), (*head, *chunk))
-                requeued += len(done)
-        report = CleanReport(examined=examined, requeued=requeued)
-        if requeued:
-            logger.warning("deep clean of %s requeued %d lost items", self.name.prefix, requeued)
+        report = run(db, self.ops.deep_clean())
+        if report.requeued:
+            logger.warning(
+                "deep clean of %s requeued %d lost items", self.name.prefix, report.requeued
+            )
         else:
             logger.info("deep clean of %s: %s", self.name.prefix, report)
         return report
 
-    def _snapshot(self, db: Redis, key: str) -> set[bytes]:
-        """Read a list in chunks from its head; ids that stay in it all along are all seen."""
-        seen: set[bytes] = set()
-        start = 0
-        while True:
-            chunk = scripts.raw_command(db, "LRANGE", key, start, start + SNAPSHOT_CHUNK - 1)
-            seen.update(chunk)
-            if len(chunk) < SNAPSHOT_CHUNK:
-                return seen
-            start += SNAPSHOT_CHUNK
+    # Dead letters -----------------------------------------------------------------------------
+
+    def dead_letters(self, db: Redis, start: int = 0, count: int = 100) -> list[DeadLetter]:
+        """One page of the dead-letter store, oldest first.
+
+        Args:
+            db: The Redis client.
+            start: Index of the first dead letter (negative counts from the newest).
+            count: Most dead letters to return.
+        """
+        return run(db, self.ops.dead_letters(start, count))
+
+    def dead_count(self, db: Redis) -> int:
+        """How many items are in the dead-letter store."""
+        return run(db, self.ops.length(self.keys.dead, "ZCARD"))
+
+    def requeue_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+        """Put dead letters back on the main queue, with their delivery counts reset.
+
+        Args:
+            db: The Redis client.
+            ids: The dead letters to requeue; None requeues all of them (in chunks).
+
+        Returns:
+            How many were requeued. A dead letter whose id is used by a live item again stays
+            dead.
+        """
+        return run(db, self.ops.requeue_dead(ids))
+
+    def purge_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+        """Delete dead letters for good (all of them when ``ids`` is None); returns how many."""
+        return run(db, self.ops.purge_dead(ids))
 
     # Counting ---------------------------------------------------------------------------------
 
     def queue_len(self, db: Redis) -> int:
         """The number of ids in the main queue (leased items are not counted)."""
-        return self._llen(db, self.keys.queue)
+        return run(db, self.ops.length(self.keys.queue))
 
     def processing(self, db: Redis) -> int:
         """The number of ids in the processing list.
 
         It counts leased items and items whose lease expired but that no clean has requeued yet.
         """
-        return self._llen(db, self.keys.processing)
-
-    @staticmethod
-    def _llen(db: Redis, key: str) -> int:
-        try:
-            return int(db.llen(key))
-        except ResponseError as err:
-            raise scripts.translate_error(err) from err
-
-
-def _key_bytes(key: bytes | str) -> bytes:
-    return key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
+        return run(db, self.ops.length(self.keys.processing))
