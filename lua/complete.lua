@@ -1,14 +1,18 @@
--- complete: mark an item as done and remove every trace of it.
+-- complete: mark items as done and remove every trace of them.
 --#include queue.lua
--- ARGV[4] item id
--- Returns 1 when this call deleted the data key (it completed the item), 0 when the item had
--- already been completed (or expired).
+-- arg(1), arg(2), ... item ids
+-- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
+-- item had already been completed (or had expired).
 -- Keeps: exactly one call returns 1 per item. The processing list is searched from its tail,
--- where the oldest leases sit, so completing in lease order stays O(1); no bookkeeping of the
--- item is left behind.
-local id = ARGV[4]
-local removed = redis.call('DEL', Q.item .. id)
-redis.call('LREM', Q.processing, -1, id)
-redis.call('DEL', Q.lease .. id)
-forget(id)
-return removed
+-- where the oldest leases sit, so completing in lease order stays O(1) per item; no bookkeeping
+-- of an item is left behind.
+guard(Q, 'processing', 'deliveries', 'reasons')
+local done = {}
+for i = 4 * NQ + 1, #ARGV do
+  local id = ARGV[i]
+  done[#done + 1] = redis.call('DEL', Q.item .. id)
+  redis.call('LREM', Q.processing, -1, id)
+  redis.call('DEL', Q.lease .. id)
+  forget(Q, id)
+end
+return done

@@ -1,9 +1,9 @@
 -- dead_letters: read one page of the dead-letter store, oldest first.
 --#include queue.lua
--- ARGV[4] first index, ARGV[5] last index (inclusive; negative counts from the newest)
+-- arg(1) first index, arg(2) last index (inclusive; negative counts from the newest)
 -- Returns a list of {id, data, deliveries, reason, ms buried}.
 -- Keeps: read only.
-local page = redis.call('ZRANGE', Q.dead, ARGV[4], ARGV[5], 'WITHSCORES')
+local page = redis.call('ZRANGE', Q.dead, arg(1), arg(2), 'WITHSCORES')
 local out = {}
 for i = 1, #page, 2 do
   local id = page[i]

@@ -1,18 +1,19 @@
 -- deep_clean: requeue items that are in neither list and not leased, re-checking each one.
 --#include queue.lua
--- ARGV[4..] ids the caller found in neither list (a snapshot that may be stale by now)
+-- arg(1), arg(2), ... ids the caller found in neither list (a snapshot that may be stale by now)
 -- Returns the ids that were requeued.
 -- Keeps: an id is pushed only if, at this moment, its data key exists, it has no lease key, and
 -- it is in neither list, so the deep clean never queues an item twice and never requeues a leased
 -- (or delayed) one, whatever workers and other cleaners did since the snapshot.
+guard(Q, 'queue', 'processing')
 local requeued = {}
-for i = 4, #ARGV do
+for i = 4 * NQ + 1, #ARGV do
   local id = ARGV[i]
   if redis.call('EXISTS', Q.item .. id) == 1
     and redis.call('EXISTS', Q.lease .. id) == 0
     and not redis.call('LPOS', Q.processing, id)
     and not redis.call('LPOS', Q.queue, id) then
-    redis.call('LPUSH', Q.queue, id)
+    enqueue(Q, id, false)
     requeued[#requeued + 1] = id
   end
 end

@@ -1,29 +1,62 @@
--- lease: take the oldest queued item and lease it (or hand it out at most once), without
--- blocking. Due delayed items are moved onto the main queue first.
+-- lease: lease up to count items from one or more queues, in the queues' order (highest
+-- priority first), without blocking; or hand them out at most once. Due delayed items are moved
+-- onto their main queue first.
 --#include queue.lua
--- ARGV[4] lease length in ms, ARGV[5] lease token, ARGV[6] most ids to examine,
--- ARGV[7] max deliveries (0: no limit), ARGV[8] '1' to hand the item out at most once
--- Returns {id, data, deliveries} for the item handed out; when the queue is empty, the ms until
--- the next delayed item is due, or -1 if none is; -2 when ARGV[6] ids were dropped or buried
--- and the caller should call again.
+-- arg(1) lease length in ms, arg(2) lease token, arg(3) most ids to examine (and due items to
+-- promote per queue), arg(4) '1' to hand items out at most once, arg(5) how many items,
+-- arg(6) when nothing is found: ms for which to flag the queues as awaited by a worker blocked
+-- on several queues (0: do not flag)
+-- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
+-- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
+-- arg(3) ids were dropped or buried and the caller should call again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
 -- is always on the processing list; an id without a data key is dropped, never handed out; an
 -- item is never handed out more than max deliveries times.
-local ms, token, budget = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local max, once = tonumber(ARGV[7]), ARGV[8] == '1'
+local ms, token, budget, once = arg(1), arg(2), tonumber(arg(3)), arg(4) == '1'
+local count, flag = tonumber(arg(5)), tonumber(arg(6))
+for i = 1, NQ do
+  guard(queue_at(i), 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
+end
 local now = now_ms()
-promote(now, budget)
-for _ = 1, budget do
-  local id = redis.call('RPOP', Q.queue)
-  if not id then
-    return next_due(now)
-  end
-  local taken = take(id, ms, token, max, once, now)
-  if taken then
-    if not once then
-      redis.call('LPUSH', Q.processing, id)
+local out = {}
+for i = 1, NQ do
+  local q = queue_at(i)
+  promote(q, now, budget)
+  while #out < count and budget > 0 do
+    local id = redis.call('LINDEX', q.queue, -1)
+    if not id then
+      break
     end
-    return taken
+    local data = redis.call('GET', q.item .. id)
+    redis.call('RPOP', q.queue)
+    budget = budget - 1
+    local taken = take(q, id, data, ms, token, once, now)
+    if taken then
+      if not once then
+        redis.call('LPUSH', q.processing, id)
+      end
+      out[#out + 1] = taken
+    end
+  end
+  if #out >= count then
+    return out
   end
 end
-return -2
+if #out > 0 then
+  return out
+end
+if budget <= 0 then
+  return -2
+end
+local soonest = -1
+for i = 1, NQ do
+  local q = queue_at(i)
+  local due = next_due(q, now)
+  if due >= 0 and (soonest < 0 or due < soonest) then
+    soonest = due
+  end
+  if flag > 0 then
+    redis.call('SET', q.waiting, '1', 'PX', flag)
+  end
+end
+return soonest

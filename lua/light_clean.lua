@@ -1,6 +1,6 @@
 -- light_clean: one bounded step of the light clean, over the oldest end of the processing list.
 --#include queue.lua
--- ARGV[4] most ids to examine, ARGV[5] max deliveries (0: no limit)
+-- arg(1) most ids to examine
 -- Returns {examined, requeued, dropped, buried}.
 -- Due delayed items are moved onto the main queue first. Each examined id is then popped from the
 -- tail of the processing list and: dropped when its data key is gone (a completed item); pushed
@@ -9,32 +9,34 @@
 -- died before taking the lease). Repeated calls rotate through the whole list in its own order.
 -- Keeps: an item with a live lease is never requeued, and a requeued id leaves the processing
 -- list in the same step, so it is never both queued and leased.
-local budget, max = tonumber(ARGV[4]), tonumber(ARGV[5])
+guard(Q, 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
+local budget = tonumber(arg(1))
 local now = now_ms()
-promote(now, budget)
+promote(Q, now, budget)
 local examined, requeued, dropped, buried = 0, 0, 0, 0
 for _ = 1, budget do
-  local id = redis.call('RPOP', Q.processing)
+  local id = redis.call('LINDEX', Q.processing, -1)
   if not id then
     break
   end
-  examined = examined + 1
   local data = redis.call('GET', Q.item .. id)
+  redis.call('RPOP', Q.processing)
+  examined = examined + 1
   if not data then
-    forget(id)
+    forget(Q, id)
     dropped = dropped + 1
   elseif redis.call('EXISTS', Q.lease .. id) == 1 then
     redis.call('LPUSH', Q.processing, id)
   else
-    local n = delivered(id)
-    if max > 0 and n >= max then
-      bury(id, data, n, 'lease expired', now)
+    local n = delivered(Q, id)
+    if Q.max > 0 and n >= Q.max then
+      bury(Q, id, data, n, 'lease expired', now)
       buried = buried + 1
     else
       if n > 0 then
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
-      redis.call('LPUSH', Q.queue, id)
+      enqueue(Q, id, false)
       requeued = requeued + 1
     end
   end

@@ -1,12 +1,16 @@
 -- purge_dead: delete dead letters for good.
 --#include queue.lua
 --#include dead.lua
--- ARGV[4..] as dead.lua
--- Returns how many dead letters were deleted.
+-- arg(1)... as dead.lua
+-- Returns {purged, skipped}: how many dead letters were deleted, and how many chosen ids were not
+-- dead letters.
 -- Keeps: live items are never touched.
-local purged = 0
+guard(Q, 'dead')
+local purged, skipped = 0, 0
 for _, id in ipairs(chosen_dead()) do
-  purged = purged + redis.call('DEL', Q.dead_item .. id)
+  local gone = redis.call('DEL', Q.dead_item .. id)
   redis.call('ZREM', Q.dead, id)
+  purged = purged + gone
+  skipped = skipped + 1 - gone
 end
-return purged
+return {purged, skipped}

@@ -1,10 +1,11 @@
 -- requeue_dead: put dead letters back on the main queue with their delivery count reset.
 --#include queue.lua
 --#include dead.lua
--- ARGV[4..] as dead.lua
--- Returns {requeued, missing}: ids requeued, and ids chosen that were not dead letters or whose
--- id is in use by a live item again (those stay dead).
+-- arg(1)... as dead.lua
+-- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
+-- letters or are in use by a live item again (those stay dead).
 -- Keeps: a dead letter becomes an item again (data key, then queue) in one step.
+guard(Q, 'queue', 'dead', 'deliveries', 'reasons')
 local requeued, skipped = 0, 0
 for _, id in ipairs(chosen_dead()) do
   local key = Q.dead_item .. id
@@ -12,8 +13,8 @@ for _, id in ipairs(chosen_dead()) do
   if data and redis.call('SET', Q.item .. id, data, 'NX') then
     redis.call('DEL', key)
     redis.call('ZREM', Q.dead, id)
-    forget(id)
-    redis.call('LPUSH', Q.queue, id)
+    forget(Q, id)
+    enqueue(Q, id, false)
     requeued = requeued + 1
   else
     if not data then

@@ -1,12 +1,12 @@
 -- dead: picks the dead letters an operation applies to.
--- ARGV[4] 'oldest' then ARGV[5] a count: the count oldest dead letters; or ARGV[4] 'ids' then
--- ARGV[5..] the ids.
+-- arg(1) 'oldest' then arg(2) a count: the count oldest dead letters; or arg(1) 'ids' then
+-- arg(2), arg(3), ... the ids.
 local function chosen_dead()
-  if ARGV[4] == 'oldest' then
-    return redis.call('ZRANGE', Q.dead, 0, tonumber(ARGV[5]) - 1)
+  if arg(1) == 'oldest' then
+    return redis.call('ZRANGE', Q.dead, 0, tonumber(arg(2)) - 1)
   end
   local ids = {}
-  for i = 5, #ARGV do
+  for i = 4 * NQ + 2, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
   return ids

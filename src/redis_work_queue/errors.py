@@ -17,3 +17,7 @@ class WrongKeyTypeError(WorkQueueError, TypeError):
 
 class ScriptError(WorkQueueError):
     """A queue script failed on the server for a reason other than a wrong key type."""
+
+
+class CrossSlotError(WorkQueueError):
+    """Queues that one call must touch together live in different Redis Cluster slots."""

@@ -63,7 +63,8 @@ class QueueKeys:
     its last failure reason in ``<prefix>:reasons`` (hashes, id -> value), delayed items in
     ``<prefix>:delayed`` (sorted set, id -> due time in ms) and dead letters in ``<prefix>:dead``
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
-    hash ``<prefix>:dead:<id>``.
+    hash ``<prefix>:dead:<id>``. ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake``
+    (a short list) wake workers that block on several queues at once.
     """
 
     __slots__ = (
@@ -79,6 +80,8 @@ class QueueKeys:
         "reasons",
         "script_args",
         "script_keys",
+        "waiting",
+        "wake",
     )
 
     def __init__(self, prefix: KeyPrefix) -> None:
@@ -92,7 +95,9 @@ class QueueKeys:
         self.dead = prefix.of(":dead")
         self.dead_prefix = prefix.of(":dead:")
         self.delayed = prefix.of(":delayed")
-        #: KEYS[1..6] of every queue-level script (see lua/include/queue.lua).
+        self.waiting = prefix.of(":waiting")
+        self.wake = prefix.of(":wake")
+        #: The KEYS of one queue in every script (see lua/include/queue.lua).
         self.script_keys = (
             self.queue,
             self.processing,
@@ -100,8 +105,10 @@ class QueueKeys:
             self.reasons,
             self.dead,
             self.delayed,
+            self.waiting,
+            self.wake,
         )
-        #: ARGV[1..3] of every queue-level script.
+        #: The first ARGV of one queue in every script (its max deliveries follows).
         self.script_args = (self.item_prefix, self.lease_prefix, self.dead_prefix)
 
     def item(self, item_id: str) -> str:
@@ -119,3 +126,13 @@ class QueueKeys:
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""
         return glob_escape(self.item_prefix) + "*"
+
+    def patterns(self) -> tuple[str, ...]:
+        """SCAN MATCH patterns for every per-item key of the queue (data, leases, dead letters)."""
+        return tuple(
+            glob_escape(p) + "*" for p in (self.item_prefix, self.lease_prefix, self.dead_prefix)
+        )
+
+    def fixed(self) -> tuple[str, ...]:
+        """Every key of the queue that is not per item."""
+        return self.script_keys

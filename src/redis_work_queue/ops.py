@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from . import scripts
@@ -31,6 +32,15 @@ SNAPSHOT_CHUNK = 2000
 RECHECK_CHUNK = 20
 #: Dead letters requeued or purged per script call.
 DEAD_CHUNK = 500
+#: Items added per script call, and the most bytes of data one call carries.
+ADD_CHUNK = 500
+ADD_CHUNK_BYTES = 4 << 20
+#: Items completed per script call.
+COMPLETE_CHUNK = 500
+#: Processing-list entries whose lease one stats call checks.
+STATS_CHUNK = 2000
+#: Keys one flush step deletes.
+FLUSH_CHUNK = 1000
 
 _AGAIN = -2
 #: Redis checks the timeouts of blocked clients on its own clock tick (100 ms at the default
@@ -61,6 +71,78 @@ class CleanReport:
 
 
 @dataclass(frozen=True)
+class QueueStats:
+    """A queue's counts (as of one moment per field; they are read in bounded steps).
+
+    Attributes:
+        queued: Ids in the main queue, waiting to be leased.
+        leased: Items on the processing list with a live lease.
+        expired: Items on the processing list whose lease is gone: awaiting a light clean.
+        delayed: Items held back until a due time.
+        dead: Items in the dead-letter store.
+    """
+
+    queued: int
+    leased: int
+    expired: int
+    delayed: int
+    dead: int
+
+
+@dataclass(frozen=True)
+class QueuedItem:
+    """An item waiting in the main queue, as seen by :meth:`WorkQueue.peek`.
+
+    Attributes:
+        position: 0 for the next item to be leased, 1 for the one after, and so on.
+        id: The item's id.
+        data: Its data, or None when the id is a leftover of an item that no longer exists.
+    """
+
+    position: int
+    id: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    """An entry of the processing list, as seen by :meth:`WorkQueue.pending`.
+
+    Attributes:
+        id: The item's id.
+        deliveries: How many times it has been handed out.
+        leased_at: When the current lease was taken (seconds since the epoch), when known.
+        lease_left: Seconds left on the lease; None when the lease is gone (expired, awaiting a
+            light clean).
+        lease_token: The current lease value, or None.
+    """
+
+    id: str
+    deliveries: int
+    leased_at: float | None
+    lease_left: float | None
+    lease_token: str | None
+
+    @property
+    def expired(self) -> bool:
+        """True when the lease is gone and the item awaits a light clean."""
+        return self.lease_left is None
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    """What a flush removed.
+
+    Attributes:
+        keys: How many keys were deleted in all.
+        items: How many of them were item data keys.
+    """
+
+    keys: int
+    items: int
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """An item that was delivered ``max_deliveries`` times without being completed.
 
@@ -83,11 +165,16 @@ class DeadLetter:
         return Item(self.data, id=self.id)
 
 
+#: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
+MAX_SECS = 10**9
+
+
 def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
     """Validate a duration in seconds and convert it to whole milliseconds.
 
     Raises:
-        InvalidArgumentError: It is not a finite number of at least ``minimum`` ms.
+        InvalidArgumentError: It is not a finite number of at least ``minimum`` ms and at most
+            ``MAX_SECS`` seconds.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidArgumentError(
@@ -96,6 +183,8 @@ def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
     if not math.isfinite(seconds) or seconds < 0 or (minimum > 0 and seconds <= 0):
         kind = "positive" if minimum > 0 else "zero or positive"
         raise InvalidArgumentError(f"{what} must be {kind} and finite, got {seconds!r}")
+    if seconds > MAX_SECS:
+        raise InvalidArgumentError(f"{what} must be at most {MAX_SECS} seconds, got {seconds!r}")
     ms = round(seconds * 1000)
     if ms < minimum:
         raise InvalidArgumentError(f"{what} must be at least {minimum / 1000}, got {seconds!r}")
@@ -159,6 +248,38 @@ def held_token(item: object) -> tuple[Item, str]:
     return item, item.lease_token
 
 
+def when_due(delay: float | datetime | None) -> tuple[int, int]:
+    """Turn a delay (seconds from now, or an aware datetime) into (delay ms, due ms)."""
+    if delay is None:
+        return 0, 0
+    if isinstance(delay, datetime):
+        if delay.tzinfo is None:
+            raise InvalidArgumentError("a due time must be a timezone-aware datetime")
+        return 0, max(round(delay.timestamp() * 1000), 1)
+    return to_ms(delay, "delay", minimum=0), 0
+
+
+def _add_chunks(items: Sequence[Item]) -> Iterator[Sequence[Item]]:
+    chunk: list[Item] = []
+    size = 0
+    for item in items:
+        if chunk and (len(chunk) >= ADD_CHUNK or size + len(item.data()) > ADD_CHUNK_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item.data())
+    if chunk:
+        yield chunk
+
+
+def _parse_token(value: bytes | str | None) -> tuple[str | None, float | None]:
+    if value is None:
+        return None, None
+    token = decode(value)
+    _, at, ms = token.rpartition("@")
+    return token, int(ms) / 1000 if at and ms.isdigit() else None
+
+
 def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(seq), size):
         yield seq[start : start + size]
@@ -180,26 +301,45 @@ class QueueOps:
     def __init__(self, keys: QueueKeys, max_deliveries: int | None = None) -> None:
         self.keys = keys
         self.max_deliveries = check_max_deliveries(max_deliveries)
+        #: This queue's part of every script's KEYS and ARGV.
+        self.script_keys = keys.script_keys
+        self.script_args = (*keys.script_args, self.max_deliveries)
 
     def _call(self, name: str, *args: scripts.Arg) -> ScriptCall:
-        keys = self.keys
-        return ScriptCall(scripts.load(name), keys.script_keys, (*keys.script_args, *args))
+        return ScriptCall(scripts.load(name), self.script_keys, (*self.script_args, *args))
 
     # Adding -----------------------------------------------------------------------------------
 
-    def add_call(self, item: Item, unique: bool) -> ScriptCall:
-        """The call that adds ``item`` (checking that its id is new unless ``unique``)."""
-        item = check_item(item)
-        name = "add_unique_item" if unique else "add_item"
-        return ScriptCall(
-            scripts.load(name),
-            (self.keys.queue, self.keys.item(item.id())),
-            (item.id(), item.data()),
-        )
+    def add_call(
+        self,
+        items: Sequence[Item],
+        unique: bool,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> ScriptCall:
+        """The one call that adds ``items`` (checking that each id is new unless ``unique``)."""
+        delay_ms, due_ms = when_due(delay)
+        ttl_ms = 0 if ttl is None else to_ms(ttl, "ttl")
+        fields: list[scripts.Arg] = []
+        for item in items:
+            fields += (item.id(), item.data())
+        return self._call("add", "1" if unique else "0", delay_ms, due_ms, ttl_ms, *fields)
 
-    def add(self, item: Item, unique: bool) -> Steps[bool]:
-        """Add one item; True when it was added."""
-        return bool((yield self.add_call(item, unique)))
+    def add(
+        self,
+        items: Iterable[Item],
+        unique: bool,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> Steps[list[bool]]:
+        """Add items, in chunks; one flag per item, True when it was added."""
+        checked = [check_item(item) for item in items]
+        self.add_call([], unique, delay, ttl)  # validates the options before anything is sent
+        added: list[bool] = []
+        for chunk in _add_chunks(checked):
+            flags = yield self.add_call(chunk, unique, delay, ttl)
+            added += (bool(flag) for flag in flags)
+        return added
 
     # Leasing ----------------------------------------------------------------------------------
 
@@ -210,53 +350,13 @@ class QueueOps:
         timeout: float,
         at_most_once: bool = False,
         max_block: float = 60.0,
-    ) -> Steps[Item | None]:
-        """Lease (or, ``at_most_once``, take) the oldest item; see ``WorkQueue.lease``.
-
-        A blocking wait is cut into waits of at most ``max_block`` seconds, so that it fits in
-        the connection's socket timeout.
-        """
-        ms = to_ms(lease_secs, "lease_secs")
-        wait_ms = to_ms(timeout, "timeout", minimum=0)
-        deadline = time.monotonic() + wait_ms / 1000 if wait_ms else math.inf
-        once = "1" if at_most_once else "0"
-        while True:
-            token = new_token()
-            head = (ms, token, LEASE_BUDGET, self.max_deliveries, once)
-            reply = yield self._call("lease", *head)
-            if isinstance(reply, list):
-                return self._leased(reply, token, at_most_once)
-            if reply == _AGAIN:
-                continue
-            if not block:
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0.001:
-                return None
-            if reply >= 0:
-                # A delayed item falls due: block until one tick before, then sleep to it.
-                due = reply / 1000 + 0.001
-                if due <= TICK_SECS:
-                    yield Sleep(min(due, remaining))
-                    continue
-                remaining = min(remaining, due - TICK_SECS)
-            wait = round(max(min(remaining, max_block), 0.001), 3)
-            moved = yield Command(("BRPOPLPUSH", self.keys.queue, self.keys.processing, wait))
-            if moved is None:
-                if time.monotonic() >= deadline:
-                    return None
-                continue
-            reply = yield self._call("claim", *head, moved)
-            if isinstance(reply, list):
-                return self._leased(reply, token, at_most_once)
-
-    @staticmethod
-    def _leased(reply: list[Any], token: str, at_most_once: bool) -> Item:
-        raw_id, data, deliveries = reply
-        item = Item(data, id=decode(raw_id))
-        item.deliveries = int(deliveries)
-        item.lease_token = None if at_most_once else token
-        return item
+        count: int = 1,
+    ) -> Steps[list[Item]]:
+        """Lease up to ``count`` items; see ``WorkQueue.lease``."""
+        leased = yield from lease_steps(
+            [self], lease_secs, block, timeout, at_most_once, max_block, count
+        )
+        return [item for _, item in leased]
 
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
@@ -274,15 +374,18 @@ class QueueOps:
             if not isinstance(reason, str):
                 raise InvalidArgumentError(f"reason must be a str, not {type(reason).__name__}")
             extra = (reason,)
-        call = self._call("release", item.id(), token, delay_ms, self.max_deliveries, *extra)
-        return bool((yield call))
+        return bool((yield self._call("release", item.id(), token, delay_ms, *extra)))
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, item: Item) -> Steps[bool]:
-        """Complete an item; True for the one call that removed it."""
-        item = check_item(item)
-        return bool((yield self._call("complete", item.id())))
+    def complete(self, items: Iterable[Item]) -> Steps[list[Item]]:
+        """Complete items; returns those this call completed."""
+        checked = [check_item(item) for item in items]
+        done: list[Item] = []
+        for chunk in _chunks(checked, COMPLETE_CHUNK):
+            flags = yield self._call("complete", *(item.id() for item in chunk))
+            done += (item for item, flag in zip(chunk, flags, strict=True) if flag)
+        return done
 
     # Cleaning ---------------------------------------------------------------------------------
 
@@ -292,7 +395,7 @@ class QueueOps:
         examined = requeued = dropped = dead = 0
         while True:
             budget = max(min(CLEAN_CHUNK, total - examined), 1)
-            seen, back, gone, buried = yield self._call("light_clean", budget, self.max_deliveries)
+            seen, back, gone, buried = yield self._call("light_clean", budget)
             examined += seen
             requeued += back
             dropped += gone
@@ -301,22 +404,27 @@ class QueueOps:
                 break
         return CleanReport(examined=examined, requeued=requeued, dropped=dropped, dead=dead)
 
+    def _scan(self, pattern: str) -> Steps[list[list[bytes]]]:
+        """SCAN for ``pattern``; one list of keys per step."""
+        batches: list[list[bytes]] = []
+        cursor: Any = 0
+        while True:
+            cursor, found = yield Command(("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT))
+            if found:
+                batches.append([_key_bytes(key) for key in found])
+            if int(cursor) == 0:
+                return batches
+
     def deep_clean(self) -> Steps[CleanReport]:
         """Recover items lost from both lists; see ``WorkQueue.deep_clean``."""
         keys = self.keys
         offset = len(keys.item_prefix.encode("utf-8"))
         examined = 0
         candidates: list[bytes] = []
-        cursor: Any = 0
-        pattern = keys.item_pattern()
-        while True:
-            cursor, found = yield Command(("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT))
-            if found:
-                ids = [_key_bytes(key)[offset:] for key in found]
-                examined += len(ids)
-                candidates.extend((yield self._call("unleased", *ids)))
-            if int(cursor) == 0:
-                break
+        for batch in (yield from self._scan(keys.item_pattern())):
+            ids = [key[offset:] for key in batch]
+            examined += len(ids)
+            candidates.extend((yield self._call("unleased", *ids)))
         requeued = 0
         if candidates:
             listed = yield from self._snapshot(keys.processing)
@@ -326,7 +434,7 @@ class QueueOps:
                 requeued += len((yield self._call("deep_clean", *chunk)))
         forgotten = 0
         for key in (keys.deliveries, keys.reasons):
-            cursor = 0
+            cursor: Any = 0
             while True:
                 cursor, fields = yield Command(("HSCAN", key, cursor, "COUNT", SCAN_COUNT))
                 # redis-py parses HSCAN into a dict; a raw reply is a flat list.
@@ -348,14 +456,82 @@ class QueueOps:
                 return seen
             start += SNAPSHOT_CHUNK
 
+    # Inspection -------------------------------------------------------------------------------
+
+    def stats(self) -> Steps[QueueStats]:
+        """The queue's counts; the processing list is checked in chunks."""
+        start = live = examined = 0
+        while True:
+            reply = yield self._call("stats", start, start + STATS_CHUNK - 1)
+            queued, processing, delayed, dead, seen, alive = (int(v) for v in reply)
+            examined += seen
+            live += alive
+            start += STATS_CHUNK
+            if seen < STATS_CHUNK or start >= processing:
+                break
+        leased = min(live, processing)
+        return QueueStats(
+            queued=queued,
+            leased=leased,
+            expired=max(processing - leased, 0),
+            delayed=delayed,
+            dead=dead,
+        )
+
+    def peek(self, start: int, count: int) -> Steps[list[QueuedItem]]:
+        """A page of the main queue, in leasing order; see ``WorkQueue.peek``."""
+        _check_page(start, count)
+        # Position p (0 = next to be leased) is list index -(p + 1); negative positions count
+        # from the newest item, which is list index 0.
+        if start >= 0:
+            first, last = -(start + count), -(start + 1)
+        else:
+            first, last = -start - count, -start - 1
+            first = max(first, 0)
+        rows = yield self._call("peek", first, last)
+        length = None
+        if start < 0:
+            length = int((yield Command(("LLEN", self.keys.queue))))
+        out = []
+        for offset, (raw_id, data) in enumerate(reversed(rows)):
+            position = start + offset if start >= 0 else (length or 0) + start + offset
+            out.append(QueuedItem(position, decode(raw_id), data))
+        return out
+
+    def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
+        """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
+        _check_page(start, count)
+        if start >= 0:
+            first, last = -(start + count), -(start + 1)
+        else:
+            first, last = max(-start - count, 0), -start - 1
+        rows = yield self._call("pending", first, last)
+        out = []
+        for raw_id, deliveries, lease, pttl in reversed(rows):
+            token, leased_at = _parse_token(lease)
+            left = int(pttl) / 1000 if int(pttl) >= 0 else None
+            out.append(PendingItem(decode(raw_id), int(deliveries), leased_at, left, token))
+        return out
+
+    def flush(self) -> Steps[FlushReport]:
+        """Delete every key of the queue, in chunks; see ``WorkQueue.flush``."""
+        keys = self.keys
+        removed = items = 0
+        for pattern in keys.patterns():
+            for batch in (yield from self._scan(pattern)):
+                for chunk in _chunks(batch, FLUSH_CHUNK):
+                    gone = int((yield Command(("UNLINK", *chunk))))
+                    removed += gone
+                    if pattern == keys.item_pattern():
+                        items += gone
+        removed += int((yield Command(("UNLINK", *keys.fixed()))))
+        return FlushReport(keys=removed, items=items)
+
     # Dead letters -----------------------------------------------------------------------------
 
     def dead_letters(self, start: int, count: int) -> Steps[list[DeadLetter]]:
         """One page of dead letters, oldest first."""
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int, got {start!r}")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+        _check_page(start, count)
         stop = start + count - 1
         if start < 0 <= stop:
             stop = -1
@@ -365,36 +541,103 @@ class QueueOps:
             for i, data, n, reason, ms in rows
         ]
 
-    def _dead_action(self, name: str, ids: Iterable[str] | None) -> Steps[tuple[int, int]]:
-        done = skipped = 0
+    def _dead_action(self, name: str, ids: Iterable[str] | None) -> Steps[int]:
+        done = 0
         if ids is None:
             while True:
-                reply = yield self._call(name, "oldest", DEAD_CHUNK)
-                moved, missed = reply if isinstance(reply, list) else (reply, 0)
+                moved, missed = (int(v) for v in (yield self._call(name, "oldest", DEAD_CHUNK)))
                 done += moved
-                skipped += missed
                 if moved + missed < DEAD_CHUNK or moved == 0:
-                    return done, skipped
-        chosen = [str(i) for i in ids]
-        for chunk in _chunks(chosen, DEAD_CHUNK):
-            reply = yield self._call(name, "ids", *chunk)
-            moved, missed = reply if isinstance(reply, list) else (reply, len(chunk) - reply)
-            done += moved
-            skipped += missed
-        return done, skipped
+                    return done
+        for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
+            moved, _ = yield self._call(name, "ids", *chunk)
+            done += int(moved)
+        return done
 
     def requeue_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Requeue dead letters (all when ``ids`` is None); returns how many."""
-        done, _ = yield from self._dead_action("requeue_dead", ids)
-        return done
+        return (yield from self._dead_action("requeue_dead", ids))
 
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""
-        done, _ = yield from self._dead_action("purge_dead", ids)
-        return done
+        return (yield from self._dead_action("purge_dead", ids))
 
     # Counting ---------------------------------------------------------------------------------
 
     def length(self, key: str, kind: str = "LLEN") -> Steps[int]:
         """The length of one of the queue's keys."""
         return int((yield Command((kind, key))))
+
+
+def _check_page(start: int, count: int) -> None:
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise InvalidArgumentError(f"start must be an int, got {start!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+
+
+def lease_steps(
+    queues: Sequence[QueueOps],
+    lease_secs: float,
+    block: bool,
+    timeout: float,
+    at_most_once: bool,
+    max_block: float,
+    count: int,
+) -> Steps[list[tuple[int, Item]]]:
+    """Lease up to ``count`` items from ``queues`` in priority order; (queue index, item) pairs.
+
+    One queue blocks with BRPOPLPUSH and a claim. Several queues (which must share one script
+    call) block on their wake lists: the lease script, finding nothing, flags the queues as
+    awaited, and every script that pushes onto a flagged queue also pushes a wake-up token. A
+    wake-up carries no item, so a worker that dies while waiting loses nothing.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+    ms = to_ms(lease_secs, "lease_secs")
+    wait_ms = to_ms(timeout, "timeout", minimum=0)
+    deadline = time.monotonic() + wait_ms / 1000 if wait_ms else math.inf
+    once = "1" if at_most_once else "0"
+    keys = tuple(k for q in queues for k in q.script_keys)
+    prefix_args = tuple(a for q in queues for a in q.script_args)
+    lease, claim = scripts.load("lease"), scripts.load("claim")
+    single = len(queues) == 1
+    while True:
+        token = new_token()
+        remaining = deadline - time.monotonic()
+        slice_secs = max(min(remaining, max_block), 0.001)
+        flag_ms = 0 if single or not block else round(slice_secs * 1000) + 1000
+        head = (ms, token, LEASE_BUDGET, once)
+        reply = yield ScriptCall(lease, keys, (*prefix_args, *head, count, flag_ms))
+        if isinstance(reply, list):
+            return [_leased(row, token, at_most_once) for row in reply]
+        if reply == _AGAIN:
+            continue
+        if not block or remaining <= 0.001:
+            return []
+        if reply >= 0:
+            # A delayed item falls due: block until one tick before, then sleep to it.
+            due = reply / 1000 + 0.001
+            if due <= TICK_SECS:
+                yield Sleep(min(due, remaining))
+                continue
+            slice_secs = min(slice_secs, due - TICK_SECS)
+        wait = round(max(slice_secs, 0.001), 3)
+        if not single:
+            yield Command(("BLPOP", *(q.keys.wake for q in queues), wait))
+            continue
+        queue = queues[0]
+        moved = yield Command(("BRPOPLPUSH", queue.keys.queue, queue.keys.processing, wait))
+        if moved is None:
+            continue
+        reply = yield ScriptCall(claim, keys, (*prefix_args, *head, moved))
+        if isinstance(reply, list):
+            return [_leased(row, token, at_most_once) for row in reply]
+
+
+def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:
+    index, raw_id, data, deliveries, leased_at = row
+    item = Item(data, id=decode(raw_id))
+    item.deliveries = int(deliveries)
+    item.lease_token = None if at_most_once else f"{token}@{int(leased_at)}"
+    return int(index) - 1, item

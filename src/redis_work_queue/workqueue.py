@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 from redis import Redis
 from redis.client import Pipeline
@@ -12,7 +13,18 @@ from redis.client import Pipeline
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix, QueueKeys
-from .ops import CleanReport, DeadLetter, QueueOps, max_block
+from .ops import (
+    CleanReport,
+    DeadLetter,
+    FlushReport,
+    PendingItem,
+    QueuedItem,
+    QueueOps,
+    QueueStats,
+    check_item,
+    lease_steps,
+    max_block,
+)
 from .protocol import run
 
 logger = logging.getLogger(__name__)
@@ -57,38 +69,81 @@ class WorkQueue:
 
     # Adding -----------------------------------------------------------------------------------
 
-    def add_item(self, db: Redis, item: Item) -> bool:
+    def add_item(
+        self,
+        db: Redis,
+        item: Item,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> bool:
         """Add an item unless an item with the same id already exists.
 
         Args:
             db: The Redis client.
             item: The item to add.
+            delay: Hold the item back: seconds from now, or an aware ``datetime`` when it falls
+                due. It is never handed out before then, and a worker blocked on the queue gets
+                it within a few milliseconds after.
+            ttl: Seconds the item lives: if it is not completed by then, it disappears and is
+                never handed out again.
 
         Returns:
             True when the item was added; False when an item with this id exists already
             (queued, leased or delayed), in which case nothing changed.
 
         Raises:
-            InvalidArgumentError: ``item`` is not an Item.
-            WrongKeyTypeError: The main queue key holds something other than a list.
+            InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        return run(db, self.ops.add(item, unique=False))
+        return run(db, self.ops.add([item], False, delay, ttl))[0]
 
-    def add_unique_item(self, db: Redis, item: Item) -> None:
+    def add_unique_item(
+        self,
+        db: Redis,
+        item: Item,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> None:
         """Add an item whose id is known to be new (such as a fresh UUID), skipping the check.
 
         Adding an id that does exist overwrites its data and queues it a second time; the
         second copy is dropped when it is met, so this costs accuracy of ``queue_len`` only.
+        ``delay`` and ``ttl`` are as for :meth:`add_item`.
 
         Raises:
-            InvalidArgumentError: ``item`` is not an Item.
-            WrongKeyTypeError: The main queue key holds something other than a list.
+            InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        run(db, self.ops.add(item, unique=True))
+        run(db, self.ops.add([item], True, delay, ttl))
+
+    def add_items(
+        self,
+        db: Redis,
+        items: Iterable[Item],
+        unique: bool = False,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+    ) -> list[bool]:
+        """Add many items: one script call per chunk of up to 500 items (or 4 MB of data).
+
+        Each chunk is atomic; a large batch is several chunks. Every item is checked before
+        anything is sent.
+
+        Args:
+            db: The Redis client.
+            items: The items.
+            unique: Skip the existence check (as :meth:`add_unique_item`).
+            delay: As for :meth:`add_item`, for every item.
+            ttl: As for :meth:`add_item`, for every item.
+
+        Returns:
+            One flag per item, in order: True when it was added, False when its id existed.
+        """
+        return run(db, self.ops.add(items, unique, delay, ttl))
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
-        call = self.ops.add_call(item, unique=True)
+        call = self.ops.add_call([check_item(item)], unique=True)
         call.script(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
@@ -138,7 +193,28 @@ class WorkQueue:
             InvalidArgumentError: ``lease_secs`` or ``timeout`` is out of range.
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        return run(db, self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db)))
+        leased = run(db, self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db)))
+        return leased[0] if leased else None
+
+    def lease_many(
+        self,
+        db: Redis,
+        lease_secs: float,
+        count: int,
+        block: bool = True,
+        timeout: float = 0,
+        at_most_once: bool = False,
+    ) -> list[Item]:
+        """Lease up to ``count`` items in one script call (oldest first).
+
+        With ``block``, waits (as :meth:`lease`) until at least one item is there, then returns
+        what is available, up to ``count``.
+
+        Returns:
+            The leased items; empty when nothing could be leased.
+        """
+        steps = self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db), count)
+        return run(db, steps)
 
     def renew(self, db: Redis, item: Item, lease_secs: float) -> bool:
         """Extend the lease on ``item`` to ``lease_secs`` seconds from now.
@@ -219,7 +295,16 @@ class WorkQueue:
             InvalidArgumentError: ``item`` is not an Item.
             WrongKeyTypeError: The processing key holds something other than a list.
         """
-        return run(db, self.ops.complete(item))
+        return bool(run(db, self.ops.complete([item])))
+
+    def complete_many(self, db: Redis, items: Iterable[Item]) -> list[Item]:
+        """Complete many items, in chunks of up to 500 per script call.
+
+        Returns:
+            The items this call completed; an item missing from it had been completed before
+            (by another worker, or it expired).
+        """
+        return run(db, self.ops.complete(items))
 
     # Cleaning ---------------------------------------------------------------------------------
 
@@ -304,6 +389,50 @@ class WorkQueue:
         """Delete dead letters for good (all of them when ``ids`` is None); returns how many."""
         return run(db, self.ops.purge_dead(ids))
 
+    # Inspection -------------------------------------------------------------------------------
+
+    def stats(self, db: Redis) -> QueueStats:
+        """Queued, leased, expired-awaiting-clean, delayed and dead counts.
+
+        The processing list is checked in chunks of 2000 entries, so the counts are not one
+        atomic snapshot of a busy queue.
+        """
+        return run(db, self.ops.stats())
+
+    def peek(self, db: Redis, start: int = 0, count: int = 10) -> list[QueuedItem]:
+        """Look at queued items without taking them.
+
+        Args:
+            db: The Redis client.
+            start: Position of the first item: 0 is the next to be leased; negative positions
+                count from the newest (-1 is the last one added).
+            count: Most items to return.
+
+        Returns:
+            The items in leasing order, each with its position.
+        """
+        return run(db, self.ops.peek(start, count))
+
+    def pending(self, db: Redis, start: int = 0, count: int = 10) -> list[PendingItem]:
+        """Look at the processing list: leased items, their delivery counts and leases.
+
+        Args:
+            db: The Redis client.
+            start: 0 is the oldest lease; negative positions count from the newest.
+            count: Most entries to return.
+        """
+        return run(db, self.ops.pending(start, count))
+
+    def flush(self, db: Redis) -> FlushReport:
+        """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.
+
+        Works in chunks (SCAN with the prefix glob-escaped, then UNLINK), so flushing queue
+        ``a*`` never touches queue ``ab``. Workers still running may add keys back.
+        """
+        report = run(db, self.ops.flush())
+        logger.warning("flushed %s: %s", self.name.prefix, report)
+        return report
+
     # Counting ---------------------------------------------------------------------------------
 
     def queue_len(self, db: Redis) -> int:
@@ -316,3 +445,38 @@ class WorkQueue:
         It counts leased items and items whose lease expired but that no clean has requeued yet.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+
+def lease_from(
+    db: Redis,
+    queues: Sequence[WorkQueue],
+    lease_secs: float,
+    block: bool = True,
+    timeout: float = 0,
+    at_most_once: bool = False,
+) -> tuple[WorkQueue, Item] | None:
+    """Lease one item from the first of ``queues`` (highest priority first) that has one.
+
+    All queues are looked at in one script call, so the priority order holds exactly. Blocking,
+    the worker wakes for whichever queue gets an item first: the lease script flags the queues
+    as awaited, and every push onto a flagged queue by this library also pushes a wake-up token
+    that the worker waits for (BLPOP). Tokens carry no items, so a worker killed while waiting
+    loses nothing. A push by a client of another implementation does not wake the worker: it
+    finds the item at its next look, within ``max_block`` (at most 60 s, or half the client's
+    socket timeout).
+
+    Raises:
+        InvalidArgumentError: No queues, or an argument out of range.
+        CrossSlotError: On Redis Cluster, when the queues are not in one slot (give their
+            prefixes the same ``{hash tag}``).
+    """
+    if not queues:
+        raise InvalidArgumentError("lease_from needs at least one queue")
+    steps = lease_steps(
+        [q.ops for q in queues], lease_secs, block, timeout, at_most_once, max_block(db), 1
+    )
+    leased = run(db, steps)
+    if not leased:
+        return None
+    index, item = leased[0]
+    return queues[index], item
