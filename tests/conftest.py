@@ -6,6 +6,7 @@ persistence switched off, and stopped at teardown.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -73,10 +74,8 @@ class RedisServer:
 
     def stop(self) -> None:
         for client in self.clients:
-            try:
+            with contextlib.suppress(Exception):  # best effort at teardown
                 client.close()
-            except Exception:  # pragma: no cover - best effort at teardown
-                pass
         self.clients.clear()
         if self.process.poll() is None:
             self.process.terminate()
@@ -100,12 +99,18 @@ def start_redis_server(workdir: Path) -> RedisServer:
         process = subprocess.Popen(
             [
                 binary,
-                "--port", str(port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(server_dir),
-                "--logfile", str(log),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(server_dir),
+                "--logfile",
+                str(log),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -206,16 +211,32 @@ def _real_backend(server: RedisServer, name: str, options: dict[str, Any]) -> Ba
     return backend
 
 
-@pytest.fixture(params=[*REAL_FLAVOURS, *FAKE_FLAVOURS])
-def backend(request: pytest.FixtureRequest) -> Backend:
-    """Every client flavour: real Redis (RESP2/RESP3, bytes/str replies) and fakeredis."""
-    name = request.param
+def _make_backend(request: pytest.FixtureRequest, name: str) -> Backend:
     if name in REAL_FLAVOURS:
         server = request.getfixturevalue("redis_server")
         return _real_backend(server, name, dict(REAL_FLAVOURS[name]))
     return Backend(
         name=name, real=False, options=dict(FAKE_FLAVOURS[name]), fake_server=fakeredis.FakeServer()
     )
+
+
+@pytest.fixture(params=[*REAL_FLAVOURS, *FAKE_FLAVOURS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every client flavour: real Redis (RESP2/RESP3, bytes/str replies) and fakeredis."""
+    return _make_backend(request, request.param)
+
+
+@pytest.fixture(params=["redis-resp2-bytes", "fakeredis-bytes"])
+def bytes_backend(request: pytest.FixtureRequest) -> Backend:
+    """Real Redis and fakeredis, one plain bytes client flavour each: for tests whose subject
+    (server-side effects) does not depend on how replies are decoded."""
+    return _make_backend(request, request.param)
+
+
+@pytest.fixture
+def bytes_db(bytes_backend: Backend) -> redis.Redis:
+    """A client of a freshly emptied database: real Redis and fakeredis, bytes replies."""
+    return bytes_backend.client()
 
 
 @pytest.fixture
@@ -227,7 +248,9 @@ def db(backend: Backend) -> redis.Redis:
 @pytest.fixture
 def real_backend(redis_server: RedisServer) -> Backend:
     """The session's real server, emptied for this test, with a bytes RESP2 client flavour."""
-    return _real_backend(redis_server, "redis-resp2-bytes", dict(REAL_FLAVOURS["redis-resp2-bytes"]))
+    return _real_backend(
+        redis_server, "redis-resp2-bytes", dict(REAL_FLAVOURS["redis-resp2-bytes"])
+    )
 
 
 @pytest.fixture
@@ -247,3 +270,17 @@ def redis_port(real_backend: Backend) -> int:
     """The port of the (emptied) real server."""
     assert real_backend.server is not None
     return real_backend.server.port
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a real redis-server ``real_redis`` (``-m "not real_redis"``
+    runs the fakeredis half of the suite only)."""
+    real_fixtures = {"redis_server", "redis_server_factory", "real_backend", "real_db"}
+    real_fixtures |= {"redis_url", "redis_port"}
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        flavours = {params.get("backend"), params.get("bytes_backend")}
+        if names & real_fixtures or flavours & set(REAL_FLAVOURS):
+            item.add_marker(pytest.mark.real_redis)
