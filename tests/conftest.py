@@ -270,3 +270,17 @@ def redis_port(real_backend: Backend) -> int:
     """The port of the (emptied) real server."""
     assert real_backend.server is not None
     return real_backend.server.port
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a real redis-server ``real_redis`` (``-m "not real_redis"``
+    runs the fakeredis half of the suite only)."""
+    real_fixtures = {"redis_server", "redis_server_factory", "real_backend", "real_db"}
+    real_fixtures |= {"redis_url", "redis_port"}
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        flavours = {params.get("backend"), params.get("bytes_backend")}
+        if names & real_fixtures or flavours & set(REAL_FLAVOURS):
+            item.add_marker(pytest.mark.real_redis)

@@ -45,9 +45,9 @@ def get(db: redis.Redis, key: str) -> bytes | None:
     return raw(db, "GET", key)
 
 
-def dump_state(db: redis.Redis) -> dict[bytes, tuple[str, Any]]:
+def dump_state(db: redis.Redis) -> dict[bytes, tuple[str, Any, bool]]:
     """Every key of the database with its type and value (lease TTLs reduced to 'has a TTL')."""
-    state: dict[bytes, tuple[str, Any]] = {}
+    state: dict[bytes, tuple[str, Any, bool]] = {}
     for key in raw(db, "KEYS", "*"):
         kind = raw(db, "TYPE", key)
         kind = kind.decode() if isinstance(kind, bytes) else str(kind)

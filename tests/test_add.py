@@ -6,9 +6,9 @@ import os
 
 import pytest
 import redis
+
 from conftest import Backend
 from helpers import b, get, lrange
-
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 QUEUE = KeyPrefix("add")

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 import redis
-from helpers import b, get, lrange, wait_for
 
+from helpers import b, get, lrange, wait_for
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 
@@ -155,7 +155,11 @@ def test_special_ids_full_lifecycle(db: redis.Redis) -> None:
         what="leases to expire",
     )
     report = queue.light_clean(db)
-    assert (report.examined, report.requeued, report.dropped) == (len(SPECIAL_IDS), len(SPECIAL_IDS), 0)
+    assert (report.examined, report.requeued, report.dropped) == (
+        len(SPECIAL_IDS),
+        len(SPECIAL_IDS),
+        0,
+    )
     assert queue.queue_len(db) == len(SPECIAL_IDS)
     assert queue.processing(db) == 0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import redis
-from helpers import raw
 from redis.crc import key_slot
 
+from helpers import raw
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 from redis_work_queue.keyprefix import QueueKeys, glob_escape
 

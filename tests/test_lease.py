@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Backend
-from helpers import get, lrange, wait_for
 
-from redis_work_queue import Item, KeyPrefix, WorkQueue
+from conftest import Backend
+from helpers import dump_state, get, lrange, wait_for
+from redis_work_queue import Item, KeyPrefix, WorkQueue, scripts
 from redis_work_queue.workqueue import LEASE_BUDGET
 
 QUEUE = KeyPrefix("lease")
@@ -129,9 +129,7 @@ def test_stray_copy_of_a_leased_item_is_dropped(db: redis.Redis, queue: WorkQueu
     assert queue.queue_len(db) == 0
 
 
-def test_blocking_lease_returns_item_when_queue_has_one(
-    db: redis.Redis, queue: WorkQueue
-) -> None:
+def test_blocking_lease_returns_item_when_queue_has_one(db: redis.Redis, queue: WorkQueue) -> None:
     queue.add_item(db, Item(b"b", id="b"))
     item = queue.lease(db, 30, timeout=5)
     assert item is not None
@@ -217,9 +215,7 @@ def test_worker_dying_between_move_and_claim(db: redis.Redis, queue: WorkQueue) 
     assert db.dbsize() == 0
 
 
-def _intercept_move(
-    queue: WorkQueue, before_move: Any, after_move: Any
-) -> dict[str, list[Any]]:
+def _intercept_move(queue: WorkQueue, before_move: Any, after_move: Any) -> dict[str, list[Any]]:
     """Wrap the queue's blocking move: the first time, ``before_move()`` runs just before
     BRPOPLPUSH (the lease script has already found the queue empty) and ``after_move(moved)``
     right after it, i.e. between the move and the claim."""
@@ -279,7 +275,7 @@ def test_claim_does_not_unlist_an_item_another_worker_leased(
 
     def cleaner_and_worker_b(moved: Any) -> None:
         assert queue.light_clean(other).requeued == 1
-        held["b"] = queue.lease(other, 0.6, block=False)
+        held["b"] = queue.lease(other, 1.0, block=False)
 
     _intercept_move(
         queue,
@@ -300,3 +296,32 @@ def test_claim_does_not_unlist_an_item_another_worker_leased(
     again = queue.lease(db, 30, block=False)
     assert again is not None
     assert again.id() == "contested"
+
+
+def test_claim_script_returns_nothing_once_the_id_was_requeued(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    """The claim script itself: after a cleaner gave the moved id back to the main queue it
+    returns 0 and writes nothing (no lease, lists untouched)."""
+    queue.add_item(db, Item(b"d", id="late-claim"))
+    db.brpoplpush("lease:queue", "lease:processing", timeout=1)
+    assert queue.light_clean(db).requeued == 1
+    before = dump_state(db)
+    keys = queue.keys
+    reply = scripts.load("claim")(
+        db,
+        (keys.processing,),
+        (keys.item_prefix, keys.lease_prefix, 30_000, "token", "late-claim"),
+    )
+    assert reply == 0
+    assert dump_state(db) == before
+    assert not db.exists("lease:lease:late-claim")
+    # While the id is still on the processing list the same call does lease it.
+    db.brpoplpush("lease:queue", "lease:processing", timeout=1)
+    reply = scripts.load("claim")(
+        db,
+        (keys.processing,),
+        (keys.item_prefix, keys.lease_prefix, 30_000, "token", "late-claim"),
+    )
+    assert [bytes(part) for part in reply] == [b"late-claim", b"d"]
+    assert get(db, "lease:lease:late-claim") == b"token"

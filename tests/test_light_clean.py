@@ -1,0 +1,180 @@
+"""The light clean: requeues expired leases from the processing list, in bounded steps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from conftest import RedisServer
+from helpers import lrange, wait_for
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
+from redis_work_queue.workqueue import CLEAN_CHUNK
+
+QUEUE = KeyPrefix("lc")
+
+
+@pytest.fixture
+def queue() -> WorkQueue:
+    return WorkQueue(QUEUE)
+
+
+def test_empty(db: redis.Redis, queue: WorkQueue) -> None:
+    assert queue.light_clean(db) == CleanReport(examined=0, requeued=0, dropped=0)
+    assert db.dbsize() == 0
+
+
+def test_expired_lease_is_requeued_and_leased_again(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_item(db, Item(b"d", id="e"))
+    first = queue.lease(db, 30, block=False)
+    assert first is not None
+    assert queue.light_clean(db) == CleanReport(examined=1, requeued=0, dropped=0)
+    db.pexpire("lc:lease:e", 20)  # make the lease run out soon
+    wait_for(lambda: not db.exists("lc:lease:e"), timeout=5, what="the lease to expire")
+    assert queue.light_clean(db) == CleanReport(examined=1, requeued=1, dropped=0)
+    assert lrange(db, "lc:queue") == [b"e"]
+    assert lrange(db, "lc:processing") == []
+    second = queue.lease(db, 30, block=False)
+    assert second is not None
+    assert second.id() == "e"
+    assert second.data() == b"d"
+    assert second.lease_token != first.lease_token
+    assert queue.complete(db, second) is True
+
+
+def test_live_lease_is_never_requeued(db: redis.Redis, queue: WorkQueue) -> None:
+    for i in range(10):
+        queue.add_item(db, Item(b"", id=str(i)))
+    leased = [queue.lease(db, 30, block=False) for _ in range(10)]
+    before = lrange(db, "lc:processing")
+    for _ in range(3):
+        assert queue.light_clean(db) == CleanReport(examined=10, requeued=0, dropped=0)
+    assert lrange(db, "lc:processing") == before  # a full rotation keeps the order
+    assert queue.queue_len(db) == 0
+    for item in leased:
+        assert item is not None
+        assert db.exists(f"lc:lease:{item.id()}")
+
+
+def test_ids_of_completed_items_are_dropped(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_item(db, Item(b"", id="gone"))
+    queue.lease(db, 30, block=False)
+    # Another client completed it by deleting only the data key.
+    db.delete("lc:item:gone")
+    assert queue.light_clean(db) == CleanReport(examined=1, requeued=0, dropped=1)
+    assert lrange(db, "lc:processing") == []
+    assert queue.queue_len(db) == 0
+
+
+def test_mixed_processing_list(db: redis.Redis, queue: WorkQueue) -> None:
+    for i in range(9):
+        queue.add_item(db, Item(b"", id=f"i{i}"))
+    for _ in range(9):
+        queue.lease(db, 30, block=False)
+    for i in range(3):
+        db.delete(f"lc:lease:i{i}")  # expired
+    for i in range(3, 5):
+        db.delete(f"lc:item:i{i}")  # completed elsewhere
+    assert queue.light_clean(db) == CleanReport(examined=9, requeued=3, dropped=2)
+    assert sorted(lrange(db, "lc:queue")) == [b"i0", b"i1", b"i2"]
+    assert sorted(lrange(db, "lc:processing")) == [f"i{i}".encode() for i in range(5, 9)]
+    assert queue.light_clean(db) == CleanReport(examined=4, requeued=0, dropped=0)
+
+
+def test_requeued_items_go_to_the_end_of_the_queue(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_item(db, Item(b"", id="old"))
+    queue.lease(db, 30, block=False)
+    queue.add_item(db, Item(b"", id="waiting"))
+    db.delete("lc:lease:old")
+    queue.light_clean(db)
+    order = [queue.lease(db, 30, block=False) for _ in range(2)]
+    assert [it.id() for it in order if it] == ["waiting", "old"]
+
+
+def test_more_than_one_chunk(db: redis.Redis, queue: WorkQueue) -> None:
+    total = CLEAN_CHUNK * 2 + 17
+    db.lpush("lc:processing", *[str(i) for i in range(total)])
+    db.mset({f"lc:item:{i}": b"" for i in range(total) if i % 3 != 2})
+    db.mset({f"lc:lease:{i}": b"t" for i in range(total) if i % 3 == 0})
+    report = queue.light_clean(db)
+    expected_requeued = sum(1 for i in range(total) if i % 3 == 1)
+    expected_dropped = sum(1 for i in range(total) if i % 3 == 2)
+    assert report == CleanReport(
+        examined=total, requeued=expected_requeued, dropped=expected_dropped
+    )
+    assert queue.processing(db) == total - expected_requeued - expected_dropped
+    assert queue.queue_len(db) == expected_requeued
+
+
+def _setup_processing(db: redis.Redis, total: int) -> None:
+    """Fill lc:processing with ``total`` ids in one quick server-side script: a third leased,
+    a third with an expired lease, a third completed (no data key)."""
+    db.eval(
+        """
+        local total = tonumber(ARGV[1])
+        local batch = {}
+        for i = 1, total do
+          local id = tostring(i)
+          batch[#batch + 1] = id
+          local kind = i % 3
+          if kind ~= 2 then redis.call('SET', 'lc:item:' .. id, 'x') end
+          if kind == 0 then redis.call('SET', 'lc:lease:' .. id, 't', 'EX', 3600) end
+          if #batch == 5000 then
+            redis.call('LPUSH', 'lc:processing', unpack(batch))
+            batch = {}
+          end
+        end
+        if #batch > 0 then redis.call('LPUSH', 'lc:processing', unpack(batch)) end
+        return redis.call('LLEN', 'lc:processing')
+        """,
+        0,
+        total,
+    )
+
+
+def _command_name(command: bytes | str) -> str:
+    text = command.decode("utf-8", "replace") if isinstance(command, bytes) else command
+    return text.split(" ", 1)[0].upper()
+
+
+@pytest.mark.slow
+def test_light_clean_of_100k_never_holds_redis(
+    redis_server_factory: Callable[[], RedisServer], queue: WorkQueue
+) -> None:
+    """100k ids on the processing list: the clean is split into short script calls, none of
+    which holds Redis for 10 ms or more (checked with SLOWLOG, on a server of its own)."""
+    real_db = redis_server_factory().client()
+    total = 100_000
+    _setup_processing(real_db, total)
+    assert real_db.llen("lc:processing") == total
+    old_threshold = real_db.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    real_db.config_set("slowlog-log-slower-than", 10_000)
+    try:
+        real_db.slowlog_reset()
+        started = time.monotonic()
+        report = queue.light_clean(real_db)
+        elapsed = time.monotonic() - started
+        slow = real_db.slowlog_get(128)
+        # Control: a script that does hold Redis for >= 10 ms is caught by this method.
+        real_db.slowlog_reset()
+        real_db.eval(
+            "local t = redis.call('TIME') local s = t[1] * 1e6 + t[2] "
+            "local n = 0 while true do n = n + 1 "
+            "local u = redis.call('TIME') if u[1] * 1e6 + u[2] - s > 15000 then break end end",
+            0,
+        )
+        control = [_command_name(entry["command"]) for entry in real_db.slowlog_get(128)]
+    finally:
+        real_db.config_set("slowlog-log-slower-than", old_threshold)
+    requeued = sum(1 for i in range(1, total + 1) if i % 3 == 1)
+    dropped = sum(1 for i in range(1, total + 1) if i % 3 == 2)
+    assert report == CleanReport(examined=total, requeued=requeued, dropped=dropped)
+    assert real_db.llen("lc:queue") == requeued
+    assert real_db.llen("lc:processing") == total - requeued - dropped
+    commands = [_command_name(entry["command"]) for entry in slow]
+    offenders = [name for name in commands if name not in ("SLOWLOG", "CONFIG")]
+    assert offenders == [], f"calls that held Redis >= 10 ms: {offenders}"
+    assert "EVAL" in control
+    assert elapsed < 30
