@@ -1,7 +1,7 @@
 -- claim: hand out an id that a blocking BRPOPLPUSH has just moved onto the processing list.
 --#include queue.lua
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) unused, arg(4) '1' to hand the item
--- out at most once, arg(5) the id that was moved
+-- out at most once, arg(5) the id that was moved, arg(6) the caller's waiter id
 -- Returns {{queue index, id, data, deliveries, ms leased}}, or 0 when the id cannot be handed
 -- out: a cleaner already gave it back to the main queue (it is no longer on the processing
 -- list), it is no longer an item, it is a stray copy of a leased item, or it was buried; in
@@ -16,8 +16,10 @@ if not redis.call('LPOS', Q.processing, id) then
   return 0
 end
 local data = redis.call('GET', Q.item .. id)
-local taken = take(Q, id, data, arg(1), arg(2), once, now_ms())
+local now = now_ms()
+local taken = take(Q, id, data, arg(1), arg(2), once, now)
 if taken then
+  leave(Q, arg(6), now)
   if once then
     redis.call('LREM', Q.processing, 1, id)
   end

@@ -4,8 +4,9 @@
 --#include queue.lua
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) most ids to examine (and due items to
 -- promote per queue), arg(4) '1' to hand items out at most once, arg(5) how many items,
--- arg(6) when nothing is found: ms for which to flag the queues as awaited by a worker blocked
--- on several queues (0: do not flag)
+-- arg(6) when nothing is found: ms for which to register the caller as a worker blocked on the
+-- queues (0: it will not block), arg(7) the caller's waiter id ('' when it does not block; see
+-- schedule, enqueue and leave)
 -- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
 -- arg(3) ids were dropped or buried and the caller should call again.
@@ -13,7 +14,7 @@
 -- is always on the processing list; an id without a data key is dropped, never handed out; an
 -- item is never handed out more than max deliveries times.
 local ms, token, budget, once = arg(1), arg(2), tonumber(arg(3)), arg(4) == '1'
-local count, flag = tonumber(arg(5)), tonumber(arg(6))
+local count, flag, waiter = tonumber(arg(5)), tonumber(arg(6)), arg(7)
 for i = 1, NQ do
   guard(queue_at(i), 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
 end
@@ -39,7 +40,12 @@ for i = 1, NQ do
     end
   end
   if #out >= count then
-    return out
+    break
+  end
+end
+if #out > 0 or (flag == 0 and waiter ~= '') then
+  for i = 1, NQ do
+    leave(queue_at(i), waiter, now)
   end
 end
 if #out > 0 then
@@ -56,7 +62,7 @@ for i = 1, NQ do
     soonest = due
   end
   if flag > 0 then
-    redis.call('SET', q.waiting, '1', 'PX', flag)
+    await(q, waiter, now + flag)
   end
 end
 return soonest

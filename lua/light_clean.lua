@@ -13,6 +13,7 @@ guard(Q, 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
 local budget = tonumber(arg(1))
 local now = now_ms()
 promote(Q, now, budget)
+leave(Q, '', now)
 local examined, requeued, dropped, buried = 0, 0, 0, 0
 for _ = 1, budget do
   local id = redis.call('LINDEX', Q.processing, -1)

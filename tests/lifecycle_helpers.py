@@ -68,3 +68,8 @@ def deliveries_of(db: redis.Redis, prefix: str, item_id: str) -> int:
     """The delivery count kept for a live item (0 when none is kept)."""
     value = db.hget(f"{prefix}:deliveries", item_id)
     return 0 if value is None else int(value)
+
+
+def blocked_clients(db: redis.Redis) -> int:
+    """How many clients of a real server are blocked in a blocking command."""
+    return sum("b" in _text(client.get("flags", "")) for client in db.client_list())

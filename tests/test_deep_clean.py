@@ -14,7 +14,7 @@ import redis
 from conftest import Backend
 from helpers import b, dump_state, lrange
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts
-from redis_work_queue.workqueue import RECHECK_CHUNK, SCAN_COUNT
+from redis_work_queue.ops import RECHECK_CHUNK, SCAN_COUNT
 
 QUEUE = KeyPrefix("dc")
 

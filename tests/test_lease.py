@@ -12,8 +12,8 @@ import redis
 
 from conftest import Backend
 from helpers import dump_state, get, lrange, wait_for
-from redis_work_queue import Item, KeyPrefix, WorkQueue, scripts
-from redis_work_queue.workqueue import LEASE_BUDGET
+from redis_work_queue import Item, KeyPrefix, WorkQueue, protocol
+from redis_work_queue.ops import LEASE_BUDGET
 
 QUEUE = KeyPrefix("lease")
 
@@ -215,29 +215,33 @@ def test_worker_dying_between_move_and_claim(db: redis.Redis, queue: WorkQueue) 
     assert db.dbsize() == 0
 
 
-def _intercept_move(queue: WorkQueue, before_move: Any, after_move: Any) -> dict[str, list[Any]]:
-    """Wrap the queue's blocking move: the first time, ``before_move()`` runs just before
-    BRPOPLPUSH (the lease script has already found the queue empty) and ``after_move(moved)``
-    right after it, i.e. between the move and the claim."""
-    original = queue._blocking_move
+def _intercept_move(
+    monkeypatch: pytest.MonkeyPatch, before_move: Any, after_move: Any
+) -> dict[str, list[Any]]:
+    """Wrap the blocking move: the first time, ``before_move()`` runs just before BRPOPLPUSH
+    (the lease script has already found the queue empty) and ``after_move(moved)`` right after
+    it, i.e. between the move and the claim."""
+    original = protocol.execute
     calls: dict[str, list[Any]] = {"moves": []}
 
-    def intercepted(db: redis.Redis, wait: float) -> Any:
+    def intercepted(db: redis.Redis, call: Any) -> Any:
+        if not (isinstance(call, protocol.Command) and call.args[0] == "BRPOPLPUSH"):
+            return original(db, call)
         first = not calls["moves"]
         if first:
             before_move()
-        moved = original(db, wait)
+        moved = original(db, call)
         calls["moves"].append(moved)
         if first and moved is not None:
             after_move(moved)
         return moved
 
-    queue._blocking_move = intercepted  # type: ignore[method-assign]
+    monkeypatch.setattr(protocol, "execute", intercepted)
     return calls
 
 
 def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
-    backend: Backend, queue: WorkQueue
+    backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between the worker's move and its claim, a light clean requeues the unleased id. The
     claim must not lease it (it is no longer on the processing list); lease() retries and
@@ -246,7 +250,7 @@ def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
     other = backend.client()
     reports = []
     calls = _intercept_move(
-        queue,
+        monkeypatch,
         lambda: queue.add_item(other, Item(b"d", id="raced")),
         lambda moved: reports.append(queue.light_clean(other)),
     )
@@ -263,7 +267,7 @@ def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
 
 
 def test_claim_does_not_unlist_an_item_another_worker_leased(
-    real_backend: Backend, queue: WorkQueue
+    real_backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between worker A's move and its claim, a cleaner requeues the id and worker B leases
     it. A's claim fails (the item is B's), but it must not remove B's entry from the
@@ -278,7 +282,7 @@ def test_claim_does_not_unlist_an_item_another_worker_leased(
         held["b"] = queue.lease(other, 1.0, block=False)
 
     _intercept_move(
-        queue,
+        monkeypatch,
         lambda: queue.add_item(other, Item(b"d", id="contested")),
         cleaner_and_worker_b,
     )
@@ -307,21 +311,13 @@ def test_claim_script_returns_nothing_once_the_id_was_requeued(
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
     assert queue.light_clean(db).requeued == 1
     before = dump_state(db)
-    keys = queue.keys
-    reply = scripts.load("claim")(
-        db,
-        (keys.processing,),
-        (keys.item_prefix, keys.lease_prefix, 30_000, "token", "late-claim"),
-    )
+    claim = queue.ops._call("claim", 30_000, "token", 100, "0", "late-claim", "")
+    reply = protocol.execute(db, claim)
     assert reply == 0
     assert dump_state(db) == before
     assert not db.exists("lease:lease:late-claim")
     # While the id is still on the processing list the same call does lease it.
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
-    reply = scripts.load("claim")(
-        db,
-        (keys.processing,),
-        (keys.item_prefix, keys.lease_prefix, 30_000, "token", "late-claim"),
-    )
-    assert [bytes(part) for part in reply] == [b"late-claim", b"d"]
-    assert get(db, "lease:lease:late-claim") == b"token"
+    [row] = protocol.execute(db, claim)
+    assert [row[0], bytes(row[1]), bytes(row[2]), row[3]] == [1, b"late-claim", b"d", 1]
+    assert get(db, "lease:lease:late-claim") == b"token@%d" % row[4]

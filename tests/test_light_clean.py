@@ -11,7 +11,7 @@ import redis
 from conftest import RedisServer
 from helpers import lrange, wait_for
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
-from redis_work_queue.workqueue import CLEAN_CHUNK
+from redis_work_queue.ops import CLEAN_CHUNK
 
 QUEUE = KeyPrefix("lc")
 

@@ -77,7 +77,7 @@ def test_wheel_installs_and_works_outside_the_source_tree(
         for path in (REPO_ROOT / "lua").rglob("*.lua")
     }
     assert shipped, "no Lua scripts in the source tree?"
-    assert "redis_work_queue/lua/include/take.lua" in shipped
+    assert "redis_work_queue/lua/include/queue.lua" in shipped
     missing = shipped - names
     assert not missing, f"Lua scripts missing from the wheel: {sorted(missing)}"
     assert "redis_work_queue/py.typed" in names

@@ -4,8 +4,8 @@
 --   KEYS[8i-7] main queue (list), KEYS[8i-6] processing list,
 --   KEYS[8i-5] delivery counts (hash id -> count), KEYS[8i-4] last reasons (hash id -> text),
 --   KEYS[8i-3] dead-letter index (sorted set id -> ms buried), KEYS[8i-2] delayed items (sorted
---   set id -> ms due), KEYS[8i-1] a flag that lives while a worker blocks on several queues,
---   KEYS[8i] wake-up tokens for such workers (list)
+--   set id -> ms due), KEYS[8i-1] the workers blocked on the queue (sorted set waiter id -> ms
+--   its registration lapses), KEYS[8i] wake-up tokens for them (list)
 --   ARGV[4i-3] item-key prefix, ARGV[4i-2] lease-key prefix, ARGV[4i-1] dead-letter key prefix,
 --   ARGV[4i] max deliveries (0: no limit)
 -- and the script's own arguments follow, from ARGV[4n+1] (see arg()).
@@ -70,6 +70,23 @@ local function wake(q)
   end
 end
 
+-- Register a blocked worker until ms until_ms.
+local function await(q, waiter, until_ms)
+  redis.call('ZADD', q.waiting, until_ms, waiter)
+end
+
+-- A worker stops waiting (waiter may be ''); lapsed registrations go too, and the wake list goes
+-- with the last waiter.
+local function leave(q, waiter, now)
+  if waiter ~= '' then
+    redis.call('ZREM', q.waiting, waiter)
+  end
+  redis.call('ZREMRANGEBYSCORE', q.waiting, '-inf', now)
+  if redis.call('EXISTS', q.waiting) == 0 then
+    redis.call('DEL', q.wake)
+  end
+end
+
 -- Push an id onto the main queue: at the back of the line, or (next) at the leasing end.
 local function enqueue(q, id, next)
   redis.call(next and 'RPUSH' or 'LPUSH', q.queue, id)
@@ -87,16 +104,25 @@ local function bury(q, id, data, deliveries, reason, now)
   forget(q, id)
 end
 
--- Hold an item back until due (ms).
+-- Hold an item back until due (ms). When it falls due before any other delayed item and a
+-- worker is blocked on the queue, that worker is woken so that it can wait for the new due time:
+-- an empty id (never an item's id, so every client drops it when met) is pushed onto the main
+-- queue for a worker blocked on this queue alone, and a token onto the wake list.
 local function schedule(q, id, due, now)
+  local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   redis.call('ZADD', q.delayed, due, id)
   redis.call('SET', q.lease .. id, DELAY_TOKEN, 'PX', math.max(due - now, 1) + DELAY_GRACE_MS)
+  if (not head[2] or tonumber(head[2]) > due) and redis.call('EXISTS', q.waiting) == 1 then
+    redis.call('LPUSH', q.queue, '')
+    wake(q)
+  end
 end
 
--- Move up to budget due items to the leasing end of the main queue.
+-- Move up to budget due items, soonest first, to the leasing end of the main queue.
 local function promote(q, now, budget)
   local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', 0, budget)
-  for _, id in ipairs(due) do
+  for i = #due, 1, -1 do
+    local id = due[i]
     redis.call('ZREM', q.delayed, id)
     local lease = q.lease .. id
     if redis.call('GET', lease) == DELAY_TOKEN then

@@ -590,7 +590,9 @@ def lease_steps(
     One queue blocks with BRPOPLPUSH and a claim. Several queues (which must share one script
     call) block on their wake lists: the lease script, finding nothing, flags the queues as
     awaited, and every script that pushes onto a flagged queue also pushes a wake-up token. A
-    wake-up carries no item, so a worker that dies while waiting loses nothing.
+    wake-up carries no item, so a worker that dies while waiting loses nothing. A delayed item
+    that falls due before the others also wakes a waiting worker (see ``schedule`` in
+    ``lua/include/queue.lua``), which then waits for the new due time.
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
@@ -602,13 +604,14 @@ def lease_steps(
     prefix_args = tuple(a for q in queues for a in q.script_args)
     lease, claim = scripts.load("lease"), scripts.load("claim")
     single = len(queues) == 1
+    waiter = new_token() if block else ""
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
         slice_secs = max(min(remaining, max_block), 0.001)
-        flag_ms = 0 if single or not block else round(slice_secs * 1000) + 1000
+        flag_ms = round(slice_secs * 1000) + 1000 if block and remaining > 0.001 else 0
         head = (ms, token, LEASE_BUDGET, once)
-        reply = yield ScriptCall(lease, keys, (*prefix_args, *head, count, flag_ms))
+        reply = yield ScriptCall(lease, keys, (*prefix_args, *head, count, flag_ms, waiter))
         if isinstance(reply, list):
             return [_leased(row, token, at_most_once) for row in reply]
         if reply == _AGAIN:
@@ -630,7 +633,7 @@ def lease_steps(
         moved = yield Command(("BRPOPLPUSH", queue.keys.queue, queue.keys.processing, wait))
         if moved is None:
             continue
-        reply = yield ScriptCall(claim, keys, (*prefix_args, *head, moved))
+        reply = yield ScriptCall(claim, keys, (*prefix_args, *head, moved, waiter))
         if isinstance(reply, list):
             return [_leased(row, token, at_most_once) for row in reply]
 
