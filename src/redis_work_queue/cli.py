@@ -66,23 +66,33 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
     return run
 
 
+STAT_COLUMNS = ("queued", "leased", "expired", "delayed", "dead")
+
+
 def _info(args: argparse.Namespace, db: redis.Redis) -> int:
-    rows = {}
-    for name in args.queues:
-        queue = WorkQueue(KeyPrefix(name))
-        rows[name] = {
-            "queued": queue.queue_len(db),
-            "processing": queue.processing(db),
-            "dead": queue.dead_count(db),
-        }
+    rows = {name: asdict(WorkQueue(KeyPrefix(name)).stats(db)) for name in args.queues}
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
-    columns = ("queued", "processing", "dead")
     width = max(len("queue"), *(len(name) for name in rows))
-    print(f"{'queue':<{width}}" + "".join(f"  {c:>10}" for c in columns))
+    print(f"{'queue':<{width}}" + "".join(f"  {c:>9}" for c in STAT_COLUMNS))
     for name, row in rows.items():
-        print(f"{name:<{width}}" + "".join(f"  {row[c]:>10}" for c in columns))
+        print(f"{name:<{width}}" + "".join(f"  {row[c]:>9}" for c in STAT_COLUMNS))
+    return EXIT_OK
+
+
+def _flush(args: argparse.Namespace, db: redis.Redis) -> int:
+    if not args.yes:
+        names = ", ".join(args.queues)
+        if not sys.stdin.isatty():
+            return _fail(EXIT_USAGE, f"refusing to flush {names} without --yes (no terminal)")
+        answer = input(f"Delete every key of {names}, including queued and leased items? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return EXIT_FAILED
+    for name in args.queues:
+        report = WorkQueue(KeyPrefix(name)).flush(db)
+        print(f"{name}: deleted {report.keys} keys ({report.items} items)")
     return EXIT_OK
 
 
@@ -171,10 +181,22 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(func=_clean(kind))
 
-    p = sub.add_parser("info", help="queued, processing and dead-letter counts")
+    p = sub.add_parser(
+        "info", help="queued, leased, expired-awaiting-clean, delayed and dead counts"
+    )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_info)
+
+    p = sub.add_parser(
+        "flush",
+        help="delete every key of queues (asks first)",
+        description="Delete every key of the queues: items in every state, leases, dead letters "
+        "and bookkeeping. Other queues are never touched, whatever characters their names hold.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=_flush)
 
     p = sub.add_parser(
         "dead-letters",

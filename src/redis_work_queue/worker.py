@@ -28,7 +28,7 @@ import redis
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix
-from .workqueue import WorkQueue
+from .workqueue import WorkQueue, lease_from
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +143,7 @@ class Worker:
         backoff: Delay before the first retry of a failed item, doubled for each further
             delivery (with up to 10% random jitter).
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle worker looks at the stop flag (and, with several queues,
-            at the lower-priority queues).
+        poll_secs: How often an idle worker looks at the stop flag.
 
     Raises:
         InvalidArgumentError: An argument is out of range.
@@ -262,14 +261,7 @@ class Worker:
 
     def _next(self, db: redis.Redis) -> tuple[WorkQueue, Item] | None:
         """Lease from the highest-priority queue that has an item, waiting up to poll_secs."""
-        for queue in self.queues:
-            item = queue.lease(db, self.lease_secs, block=False)
-            if item is not None:
-                return queue, item
-        first = self.queues[0]
-        wait = self.poll_secs if len(self.queues) == 1 else min(self.poll_secs, 0.25)
-        item = first.lease(db, self.lease_secs, timeout=wait)
-        return (first, item) if item is not None else None
+        return lease_from(db, self.queues, self.lease_secs, timeout=self.poll_secs)
 
     def _loop(self, db: redis.Redis, renewer: _Renewer) -> WorkerStats:
         stats = WorkerStats()

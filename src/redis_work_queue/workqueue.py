@@ -430,7 +430,7 @@ class WorkQueue:
         ``a*`` never touches queue ``ab``. Workers still running may add keys back.
         """
         report = run(db, self.ops.flush())
-        logger.warning("flushed %s: %s", self.name.prefix, report)
+        logger.info("flushed %s: %s", self.name.prefix, report)
         return report
 
     # Counting ---------------------------------------------------------------------------------
