@@ -21,3 +21,25 @@ class ScriptError(WorkQueueError):
 
 class CrossSlotError(WorkQueueError):
     """Queues that one call must touch together live in different Redis Cluster slots."""
+
+
+class ReplicationError(WorkQueueError):
+    """A write reached the primary, but fewer replicas than asked acknowledged it in time.
+
+    The write is not undone: it is on the primary and may or may not survive a failover.
+
+    Attributes:
+        acked: How many replicas acknowledged the write.
+        wanted: How many were asked for.
+        result: What the operation returned for the part that was written (for a batch, the
+            results of the chunks written so far).
+    """
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int, result: object) -> None:
+        super().__init__(
+            f"the write reached the primary but only {acked} of {wanted} replicas acknowledged "
+            f"it within {timeout_ms} ms"
+        )
+        self.acked = acked
+        self.wanted = wanted
+        self.result = result

@@ -5,6 +5,7 @@ This module builds script arguments and parses replies; it never talks to Redis 
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
@@ -14,10 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from . import scripts
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ReplicationError
 from .item import Item
 from .keyprefix import QueueKeys
 from .protocol import Command, ScriptCall, Sleep, Steps
+
+logger = logging.getLogger("redis_work_queue")
 
 #: Ids a lease call may drop or bury before handing control back (and due delayed items it
 #: promotes).
@@ -213,6 +216,17 @@ def max_block(db: Any) -> float:
     return max(float(socket_timeout) / 2, 0.01)
 
 
+def check_replicas(value: int) -> int:
+    """Validate a number of replicas to wait for.
+
+    Raises:
+        InvalidArgumentError: It is not an int of at least 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"replicas must be an int >= 0, got {value!r}")
+    return value
+
+
 def new_token() -> str:
     """A fresh, random lease token."""
     return secrets.token_hex(12)
@@ -298,15 +312,40 @@ class QueueOps:
             no limit.
     """
 
-    def __init__(self, keys: QueueKeys, max_deliveries: int | None = None) -> None:
+    def __init__(
+        self,
+        keys: QueueKeys,
+        max_deliveries: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+    ) -> None:
         self.keys = keys
         self.max_deliveries = check_max_deliveries(max_deliveries)
+        self.replicas = check_replicas(replicas)
+        self.replica_timeout_ms = to_ms(replica_timeout, "replica_timeout")
         #: This queue's part of every script's KEYS and ARGV.
         self.script_keys = keys.script_keys
         self.script_args = (*keys.script_args, self.max_deliveries)
 
-    def _call(self, name: str, *args: scripts.Arg) -> ScriptCall:
-        return ScriptCall(scripts.load(name), self.script_keys, (*self.script_args, *args))
+    def _call(
+        self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
+    ) -> ScriptCall:
+        return ScriptCall(scripts.load(name), self.script_keys, (*self.script_args, *args), wait)
+
+    def _wait(self, replicas: int | None) -> tuple[int, int] | None:
+        """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
+        wanted = self.replicas if replicas is None else check_replicas(replicas)
+        return (wanted, self.replica_timeout_ms) if wanted else None
+
+    @staticmethod
+    def _check_acked(wait: tuple[int, int] | None, reply: Any, done: object) -> Any:
+        """Split a reply of a call made with ``wait``; raise when too few replicas acked."""
+        if wait is None:
+            return reply
+        value, acked = reply
+        if acked < wait[0]:
+            raise ReplicationError(acked, wait[0], wait[1], done)
+        return value
 
     # Adding -----------------------------------------------------------------------------------
 
@@ -316,6 +355,7 @@ class QueueOps:
         unique: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
+        wait: tuple[int, int] | None = None,
     ) -> ScriptCall:
         """The one call that adds ``items`` (checking that each id is new unless ``unique``)."""
         delay_ms, due_ms = when_due(delay)
@@ -323,7 +363,8 @@ class QueueOps:
         fields: list[scripts.Arg] = []
         for item in items:
             fields += (item.id(), item.data())
-        return self._call("add", "1" if unique else "0", delay_ms, due_ms, ttl_ms, *fields)
+        flag = "1" if unique else "0"
+        return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
     def add(
         self,
@@ -331,15 +372,37 @@ class QueueOps:
         unique: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
+        replicas: int | None = None,
     ) -> Steps[list[bool]]:
         """Add items, in chunks; one flag per item, True when it was added."""
         checked = [check_item(item) for item in items]
+        wait = self._wait(replicas)
         self.add_call([], unique, delay, ttl)  # validates the options before anything is sent
         added: list[bool] = []
         for chunk in _add_chunks(checked):
-            flags = yield self.add_call(chunk, unique, delay, ttl)
+            reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+            flags = reply if wait is None else reply[0]
             added += (bool(flag) for flag in flags)
+            self._check_acked(wait, reply, added)
         return added
+
+    def add_one(
+        self,
+        item: Item,
+        unique: bool,
+        delay: float | datetime | None = None,
+        ttl: float | None = None,
+        replicas: int | None = None,
+    ) -> Steps[bool]:
+        """Add one item; True when it was added."""
+        try:
+            added = yield from self.add([item], unique, delay, ttl, replicas)
+        except ReplicationError as err:
+            err.result = (
+                bool(err.result[0]) if isinstance(err.result, list) and err.result else False
+            )
+            raise
+        return added[0]
 
     # Leasing ----------------------------------------------------------------------------------
 
@@ -357,6 +420,18 @@ class QueueOps:
             [self], lease_secs, block, timeout, at_most_once, max_block, count
         )
         return [item for _, item in leased]
+
+    def lease_one(
+        self,
+        lease_secs: float,
+        block: bool,
+        timeout: float,
+        at_most_once: bool = False,
+        max_block: float = 60.0,
+    ) -> Steps[Item | None]:
+        """Lease one item, or None; see ``WorkQueue.lease``."""
+        leased = yield from self.lease(lease_secs, block, timeout, at_most_once, max_block)
+        return leased[0] if leased else None
 
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
@@ -378,19 +453,32 @@ class QueueOps:
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, items: Iterable[Item]) -> Steps[list[Item]]:
+    def complete(self, items: Iterable[Item], replicas: int | None = None) -> Steps[list[Item]]:
         """Complete items; returns those this call completed."""
         checked = [check_item(item) for item in items]
+        wait = self._wait(replicas)
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
-            flags = yield self._call("complete", *(item.id() for item in chunk))
+            reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+            flags = reply if wait is None else reply[0]
             done += (item for item, flag in zip(chunk, flags, strict=True) if flag)
+            self._check_acked(wait, reply, done)
         return done
+
+    def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
+        """Complete one item; True for the one call that removed it."""
+        try:
+            done = yield from self.complete([item], replicas)
+        except ReplicationError as err:
+            err.result = bool(err.result)
+            raise
+        return bool(done)
 
     # Cleaning ---------------------------------------------------------------------------------
 
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
+        keys = self.keys
         total = int((yield Command(("LLEN", self.keys.processing))))
         examined = requeued = dropped = dead = 0
         while True:
@@ -402,7 +490,12 @@ class QueueOps:
             dead += buried
             if seen < budget or examined >= total:
                 break
-        return CleanReport(examined=examined, requeued=requeued, dropped=dropped, dead=dead)
+        report = CleanReport(examined=examined, requeued=requeued, dropped=dropped, dead=dead)
+        busy = report.requeued or report.dropped or report.dead
+        logger.log(
+            logging.INFO if busy else logging.DEBUG, "light clean of %s: %s", keys.prefix, report
+        )
+        return report
 
     def _scan(self, pattern: str) -> Steps[list[list[bytes]]]:
         """SCAN for ``pattern``; one list of keys per step."""
@@ -443,7 +536,12 @@ class QueueOps:
                     forgotten += int((yield self._call("forget_gone", *ids)))
                 if int(cursor) == 0:
                     break
-        return CleanReport(examined=examined, requeued=requeued, forgotten=forgotten)
+        report = CleanReport(examined=examined, requeued=requeued, forgotten=forgotten)
+        if requeued:
+            logger.warning("deep clean of %s requeued %d lost items", keys.prefix, requeued)
+        else:
+            logger.info("deep clean of %s: %s", keys.prefix, report)
+        return report
 
     def _snapshot(self, key: str) -> Steps[set[bytes]]:
         """Read a list in chunks from its head; ids that stay in it all along are all seen."""
@@ -525,7 +623,9 @@ class QueueOps:
                     if pattern == keys.item_pattern():
                         items += gone
         removed += int((yield Command(("UNLINK", *keys.fixed()))))
-        return FlushReport(keys=removed, items=items)
+        report = FlushReport(keys=removed, items=items)
+        logger.info("flushed %s: %s", keys.prefix, report)
+        return report
 
     # Dead letters -----------------------------------------------------------------------------
 

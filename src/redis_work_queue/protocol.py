@@ -2,16 +2,19 @@
 
 An operation (see :mod:`redis_work_queue.ops`) is a generator that yields the calls it needs,
 one at a time, receives each reply, and finally returns its result. It does no I/O itself: a
-driver sends the calls. :func:`run` is the synchronous driver; an asynchronous one only has to
-``await`` each call instead.
+driver sends the calls: :func:`run` on a synchronous client, :func:`arun` on a ``redis.asyncio``
+one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from redis.exceptions import ResponseError
 
 from . import scripts
 
@@ -20,11 +23,17 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class ScriptCall:
-    """Run one of the package's scripts."""
+    """Run one of the package's scripts.
+
+    With ``wait`` set to (replicas, timeout in ms), the script is followed by WAIT on the same
+    connection (one pipeline, one round trip) and the reply is the pair (script reply, number
+    of replicas that acknowledged).
+    """
 
     script: scripts.Script
     keys: Sequence[str]
     args: Sequence[scripts.Arg]
+    wait: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +57,16 @@ Steps = Generator[Call, Any, T]
 def execute(db: Any, call: Call) -> Any:
     """Send one call on a synchronous client and return its reply."""
     if isinstance(call, ScriptCall):
-        return call.script(db, call.keys, call.args)
+        if call.wait is None:
+            return call.script(db, call.keys, call.args)
+        pipe = db.pipeline(transaction=False)
+        call.script.queue_on(pipe, call.keys, call.args)
+        pipe.execute_command("WAIT", *call.wait)
+        try:
+            reply, acked = pipe.execute()
+        except ResponseError as err:
+            raise scripts.translate_error(err) from err
+        return reply, int(acked)
     if isinstance(call, Sleep):
         time.sleep(call.seconds)
         return None
@@ -61,6 +79,36 @@ def run(db: Any, steps: Steps[T]) -> T:
         call = next(steps)
         while True:
             call = steps.send(execute(db, call))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def aexecute(db: Any, call: Call) -> Any:
+    """Send one call on a ``redis.asyncio`` client and return its reply."""
+    if isinstance(call, ScriptCall):
+        if call.wait is None:
+            return await call.script.acall(db, call.keys, call.args)
+        async with db.pipeline(transaction=False) as pipe:
+            call.script.queue_on(pipe, call.keys, call.args)
+            pipe.execute_command("WAIT", *call.wait)
+            try:
+                reply, acked = await pipe.execute()
+            except ResponseError as err:
+                raise scripts.translate_error(err) from err
+        return reply, int(acked)
+    if isinstance(call, Sleep):
+        await asyncio.sleep(call.seconds)
+        return None
+    return await scripts.araw_command(db, *call.args)
+
+
+async def arun(db: Any, steps: Steps[T]) -> T:
+    """Drive an operation to its end on a ``redis.asyncio`` client."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(await aexecute(db, call))
     except StopIteration as done:
         result: T = done.value
         return result

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from redis.client import NEVER_DECODE, Pipeline
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
 from .errors import ScriptError, WrongKeyTypeError
@@ -57,6 +57,16 @@ def raw_command(client: Any, *args: Arg) -> Any:
         raise translate_error(err) from err
 
 
+async def araw_command(client: Any, *args: Arg) -> Any:
+    """Asynchronous :func:`raw_command`, for a ``redis.asyncio`` client."""
+    try:
+        return await client.execute_command(*args, **{NEVER_DECODE: True})
+    except NoScriptError:
+        raise
+    except ResponseError as err:
+        raise translate_error(err) from err
+
+
 def translate_error(err: ResponseError) -> Exception:
     """Turn a server error raised by a script into this library's exception."""
     message = str(err)
@@ -83,22 +93,35 @@ class Script:
         self.sha = hashlib.sha1(self.script).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run the script on ``client`` (a Redis client or a pipeline).
-
-        On a pipeline the call is queued (the pipeline loads the script before it executes) and
-        the pipeline itself is returned.
+        """Run the script on a synchronous Redis client.
 
         Raises:
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
             ScriptError: Any other error raised by the script.
         """
-        params = (len(keys), *(encode_arg(k) for k in keys), *(encode_arg(a) for a in args))
-        if isinstance(client, Pipeline):
-            client.scripts.add(cast(Any, self))
+        params = self._params(keys, args)
         try:
             return raw_command(client, "EVALSHA", self.sha, *params)
         except NoScriptError:
             return raw_command(client, "EVAL", self.script, *params)
+
+    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script on a ``redis.asyncio`` client; as :meth:`__call__`."""
+        params = self._params(keys, args)
+        try:
+            return await araw_command(client, "EVALSHA", self.sha, *params)
+        except NoScriptError:
+            return await araw_command(client, "EVAL", self.script, *params)
+
+    def queue_on(self, pipeline: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
+        """Queue the script on a pipeline (sync or asyncio); it is loaded before it runs."""
+        pipeline.scripts.add(cast(Any, self))
+        params = self._params(keys, args)
+        pipeline.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
+
+    @staticmethod
+    def _params(keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:
+        return (len(keys), *(encode_arg(k) for k in keys), *(encode_arg(a) for a in args))
 
     def __repr__(self) -> str:
         return f"Script({self.name!r}, sha={self.sha[:12]})"

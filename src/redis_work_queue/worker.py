@@ -57,6 +57,12 @@ class WorkerStats:
         self.lost += other.lost
 
 
+def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
+    """Exponential backoff: ``backoff`` doubled per delivery after the first, capped, +0-10%."""
+    delay = min(backoff * 2 ** max(deliveries - 1, 0), max_backoff)
+    return delay * (1 + random.random() / 10) if delay else 0.0
+
+
 def load_handler(spec: str) -> Handler:
     """Import a handler named ``"package.module:function"``.
 
@@ -307,8 +313,7 @@ class Worker:
 
     def retry_delay(self, deliveries: int) -> float:
         """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
-        delay = min(self.backoff * 2 ** max(deliveries - 1, 0), self.max_backoff)
-        return delay * (1 + random.random() / 10) if delay else 0.0
+        return backoff_delay(self.backoff, self.max_backoff, deliveries)
 
     # Processes --------------------------------------------------------------------------------
 

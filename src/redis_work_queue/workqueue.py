@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
@@ -25,17 +26,13 @@ from .ops import (
     lease_steps,
     max_block,
 )
-from .protocol import run
+from .protocol import Steps, run
 
 logger = logging.getLogger(__name__)
 
 
-class WorkQueue:
-    """A reliable work queue on one Redis database, identified by its key prefix.
-
-    Every operation is a single Lua script call, so a queue is never left half-changed by a
-    crashed client. The key layout (``<prefix>:queue``, ``<prefix>:processing``,
-    ``<prefix>:item:<id>``, ``<prefix>:lease:<id>``) is shared with other clients of the design.
+class QueueBase:
+    """What the synchronous and asynchronous queues share: the name, the keys, the operations.
 
     Args:
         name: The queue's key prefix. Put a ``{hash tag}`` in it to keep the queue in one
@@ -44,20 +41,29 @@ class WorkQueue:
             ``release`` or by lease expiry) on the last allowed delivery, the item goes to the
             queue's dead-letter store instead of back to the queue. None (the default) retries
             for ever. Give every client of a queue the same value.
+        replicas: Wait until this many replicas have acknowledged each add and complete (WAIT),
+            raising :class:`ReplicationError` when they do not within ``replica_timeout``.
+            Each call can override it.
+        replica_timeout: How long to wait for the replicas, in seconds.
 
     Raises:
-        InvalidArgumentError: ``name`` is not a KeyPrefix or ``max_deliveries`` is not a
-            positive int.
+        InvalidArgumentError: An argument is out of range.
     """
 
-    def __init__(self, name: KeyPrefix, max_deliveries: int | None = None) -> None:
+    def __init__(
+        self,
+        name: KeyPrefix,
+        max_deliveries: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+    ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentError(
                 f"a queue is named by a KeyPrefix, not {type(name).__name__}"
             )
         self.name = name
         self.keys = QueueKeys(name)
-        self.ops = QueueOps(self.keys, max_deliveries)
+        self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
 
     @property
     def max_deliveries(self) -> int | None:
@@ -65,7 +71,18 @@ class WorkQueue:
         return self.ops.max_deliveries or None
 
     def __repr__(self) -> str:
-        return f"WorkQueue({self.name!r}, max_deliveries={self.max_deliveries})"
+        return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"
+
+
+class WorkQueue(QueueBase):
+    """A reliable work queue on one Redis database, identified by its key prefix.
+
+    Every operation is a single Lua script call, so a queue is never left half-changed by a
+    crashed client. The key layout (``<prefix>:queue``, ``<prefix>:processing``,
+    ``<prefix>:item:<id>``, ``<prefix>:lease:<id>``) is shared with other clients of the design.
+
+    The constructor's arguments are those of :class:`QueueBase`.
+    """
 
     # Adding -----------------------------------------------------------------------------------
 
@@ -75,6 +92,7 @@ class WorkQueue:
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
+        replicas: int | None = None,
     ) -> bool:
         """Add an item unless an item with the same id already exists.
 
@@ -86,6 +104,7 @@ class WorkQueue:
                 it within a few milliseconds after.
             ttl: Seconds the item lives: if it is not completed by then, it disappears and is
                 never handed out again.
+            replicas: Replicas that must acknowledge the add (WAIT); None uses the queue's.
 
         Returns:
             True when the item was added; False when an item with this id exists already
@@ -94,8 +113,9 @@ class WorkQueue:
         Raises:
             InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+            ReplicationError: Too few replicas acknowledged the add in time.
         """
-        return run(db, self.ops.add([item], False, delay, ttl))[0]
+        return run(db, self.ops.add_one(item, False, delay, ttl, replicas))
 
     def add_unique_item(
         self,
@@ -103,18 +123,19 @@ class WorkQueue:
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
+        replicas: int | None = None,
     ) -> None:
         """Add an item whose id is known to be new (such as a fresh UUID), skipping the check.
 
         Adding an id that does exist overwrites its data and queues it a second time; the
         second copy is dropped when it is met, so this costs accuracy of ``queue_len`` only.
-        ``delay`` and ``ttl`` are as for :meth:`add_item`.
+        ``delay``, ``ttl`` and ``replicas`` are as for :meth:`add_item`.
 
         Raises:
             InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        run(db, self.ops.add([item], True, delay, ttl))
+        run(db, self.ops.add_one(item, True, delay, ttl, replicas))
 
     def add_items(
         self,
@@ -123,6 +144,7 @@ class WorkQueue:
         unique: bool = False,
         delay: float | datetime | None = None,
         ttl: float | None = None,
+        replicas: int | None = None,
     ) -> list[bool]:
         """Add many items: one script call per chunk of up to 500 items (or 4 MB of data).
 
@@ -135,16 +157,17 @@ class WorkQueue:
             unique: Skip the existence check (as :meth:`add_unique_item`).
             delay: As for :meth:`add_item`, for every item.
             ttl: As for :meth:`add_item`, for every item.
+            replicas: As for :meth:`add_item`, for every chunk.
 
         Returns:
             One flag per item, in order: True when it was added, False when its id existed.
         """
-        return run(db, self.ops.add(items, unique, delay, ttl))
+        return run(db, self.ops.add(items, unique, delay, ttl, replicas))
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
         call = self.ops.add_call([check_item(item)], unique=True)
-        call.script(pipeline, call.keys, call.args)
+        call.script.queue_on(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Same as :meth:`add_unique_item_to_pipeline` (the name other clients use for it)."""
@@ -193,8 +216,8 @@ class WorkQueue:
             InvalidArgumentError: ``lease_secs`` or ``timeout`` is out of range.
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        leased = run(db, self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db)))
-        return leased[0] if leased else None
+        steps = self.ops.lease_one(lease_secs, block, timeout, at_most_once, max_block(db))
+        return run(db, steps)
 
     def lease_many(
         self,
@@ -283,7 +306,7 @@ class WorkQueue:
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, db: Redis, item: Item) -> bool:
+    def complete(self, db: Redis, item: Item, replicas: int | None = None) -> bool:
         """Mark an item as done and remove it, with all its bookkeeping, from the queue.
 
         Returns:
@@ -294,17 +317,21 @@ class WorkQueue:
         Raises:
             InvalidArgumentError: ``item`` is not an Item.
             WrongKeyTypeError: The processing key holds something other than a list.
+            ReplicationError: Too few replicas acknowledged the completion in time (``replicas``,
+                or the queue's, as for :meth:`add_item`).
         """
-        return bool(run(db, self.ops.complete([item])))
+        return run(db, self.ops.complete_one(item, replicas))
 
-    def complete_many(self, db: Redis, items: Iterable[Item]) -> list[Item]:
+    def complete_many(
+        self, db: Redis, items: Iterable[Item], replicas: int | None = None
+    ) -> list[Item]:
         """Complete many items, in chunks of up to 500 per script call.
 
         Returns:
             The items this call completed; an item missing from it had been completed before
             (by another worker, or it expired).
         """
-        return run(db, self.ops.complete(items))
+        return run(db, self.ops.complete(items, replicas))
 
     # Cleaning ---------------------------------------------------------------------------------
 
@@ -323,10 +350,7 @@ class WorkQueue:
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        report = run(db, self.ops.light_clean())
-        level = logging.INFO if report.requeued or report.dropped or report.dead else logging.DEBUG
-        logger.log(level, "light clean of %s: %s", self.name.prefix, report)
-        return report
+        return run(db, self.ops.light_clean())
 
     def deep_clean(self, db: Redis) -> CleanReport:
         """Find items that are in neither list and have no lease, and requeue them.
@@ -347,14 +371,7 @@ class WorkQueue:
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        report = run(db, self.ops.deep_clean())
-        if report.requeued:
-            logger.warning(
-                "deep clean of %s requeued %d lost items", self.name.prefix, report.requeued
-            )
-        else:
-            logger.info("deep clean of %s: %s", self.name.prefix, report)
-        return report
+        return run(db, self.ops.deep_clean())
 
     # Dead letters -----------------------------------------------------------------------------
 
@@ -429,9 +446,7 @@ class WorkQueue:
         Works in chunks (SCAN with the prefix glob-escaped, then UNLINK), so flushing queue
         ``a*`` never touches queue ``ab``. Workers still running may add keys back.
         """
-        report = run(db, self.ops.flush())
-        logger.info("flushed %s: %s", self.name.prefix, report)
-        return report
+        return run(db, self.ops.flush())
 
     # Counting ---------------------------------------------------------------------------------
 
@@ -470,12 +485,26 @@ def lease_from(
         CrossSlotError: On Redis Cluster, when the queues are not in one slot (give their
             prefixes the same ``{hash tag}``).
     """
+    steps = lease_from_steps(queues, lease_secs, block, timeout, at_most_once, max_block(db))
+    return run(db, steps)
+
+
+Q = TypeVar("Q", bound=QueueBase)
+
+
+def lease_from_steps(
+    queues: Sequence[Q],
+    lease_secs: float,
+    block: bool,
+    timeout: float,
+    at_most_once: bool,
+    max_block: float,
+) -> Steps[tuple[Q, Item] | None]:
+    """The operation behind :func:`lease_from`, for any kind of queue."""
     if not queues:
         raise InvalidArgumentError("lease_from needs at least one queue")
-    steps = lease_steps(
-        [q.ops for q in queues], lease_secs, block, timeout, at_most_once, max_block(db), 1
-    )
-    leased = run(db, steps)
+    ops = [q.ops for q in queues]
+    leased = yield from lease_steps(ops, lease_secs, block, timeout, at_most_once, max_block, 1)
     if not leased:
         return None
     index, item = leased[0]
