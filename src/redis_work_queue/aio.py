@@ -25,7 +25,7 @@ from .ops import (
     max_block,
 )
 from .protocol import arun
-from .workqueue import QueueBase, lease_from_steps
+from .workqueue import QueueBase, lease_from_steps, one_call
 
 
 class AsyncWorkQueue(QueueBase):
@@ -203,5 +203,7 @@ async def lease_from(
     at_most_once: bool = False,
 ) -> tuple[AsyncWorkQueue, Item] | None:
     """See :func:`redis_work_queue.workqueue.lease_from`."""
-    steps = lease_from_steps(queues, lease_secs, block, timeout, at_most_once, max_block(db))
+    steps = lease_from_steps(
+        queues, lease_secs, block, timeout, at_most_once, max_block(db), one_call(db, queues)
+    )
     return await arun(db, steps)

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from . import metrics
 from .demo import run_demo
 from .errors import WorkQueueError
 from .keyprefix import KeyPrefix
@@ -78,6 +79,12 @@ def _info(args: argparse.Namespace, db: redis.Redis) -> int:
     print(f"{'queue':<{width}}" + "".join(f"  {c:>9}" for c in STAT_COLUMNS))
     for name, row in rows.items():
         print(f"{name:<{width}}" + "".join(f"  {row[c]:>9}" for c in STAT_COLUMNS))
+    return EXIT_OK
+
+
+def _metrics(args: argparse.Namespace, db: redis.Redis) -> int:
+    queues = [WorkQueue(KeyPrefix(name)) for name in args.queues]
+    sys.stdout.write(metrics.render(db, queues))
     return EXIT_OK
 
 
@@ -187,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_info)
+
+    p = sub.add_parser("metrics", help="the queues' counts in the Prometheus text format")
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.set_defaults(func=_metrics)
 
     p = sub.add_parser(
         "flush",

@@ -209,11 +209,19 @@ def check_max_deliveries(value: int | None) -> int:
 
 def max_block(db: Any) -> float:
     """The longest single blocking wait that fits in ``db``'s socket timeout."""
-    kwargs = getattr(getattr(db, "connection_pool", None), "connection_kwargs", {})
-    socket_timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+    socket_timeout = _connection_kwargs(db).get("socket_timeout")
     if not socket_timeout:
         return 60.0
     return max(float(socket_timeout) / 2, 0.01)
+
+
+def _connection_kwargs(db: Any) -> dict[str, Any]:
+    pool = getattr(db, "connection_pool", None)
+    if pool is None and hasattr(db, "get_default_node"):  # Redis Cluster: ask one node
+        node = db.get_default_node()
+        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", node)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    return kwargs if isinstance(kwargs, dict) else {}
 
 
 def check_replicas(value: int) -> int:
@@ -502,7 +510,10 @@ class QueueOps:
         batches: list[list[bytes]] = []
         cursor: Any = 0
         while True:
-            cursor, found = yield Command(("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT))
+            scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+            cursor, found = yield Command(scan, route=self.keys.queue)
+            if isinstance(cursor, dict):  # redis-py's cluster client: {node: cursor}
+                (cursor,) = cursor.values()
             if found:
                 batches.append([_key_bytes(key) for key in found])
             if int(cursor) == 0:

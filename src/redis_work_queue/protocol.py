@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from . import scripts
+from . import cluster, scripts
 
 T = TypeVar("T")
 
@@ -38,9 +38,14 @@ class ScriptCall:
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """Send one plain command; its reply is not decoded."""
+    """Send one plain command; its reply is not decoded.
+
+    ``route`` names a key of the queue for a command that has none (SCAN): on Redis Cluster it
+    goes to the node that owns that key's slot.
+    """
 
     args: tuple[scripts.Arg, ...]
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +62,13 @@ Steps = Generator[Call, Any, T]
 def execute(db: Any, call: Call) -> Any:
     """Send one call on a synchronous client and return its reply."""
     if isinstance(call, ScriptCall):
+        clustered = cluster.is_cluster(db)
+        if clustered:
+            cluster.slot_of(tuple(call.keys))
         if call.wait is None:
             return call.script(db, call.keys, call.args)
-        pipe = db.pipeline(transaction=False)
+        node = cluster.node_client(db, call.keys[0]) if clustered else db
+        pipe = node.pipeline(transaction=False)
         call.script.queue_on(pipe, call.keys, call.args)
         pipe.execute_command("WAIT", *call.wait)
         try:
@@ -70,6 +79,8 @@ def execute(db: Any, call: Call) -> Any:
     if isinstance(call, Sleep):
         time.sleep(call.seconds)
         return None
+    if call.route is not None and cluster.is_cluster(db):
+        return scripts.raw_command(db, *call.args, **cluster.target(db, call.route))
     return scripts.raw_command(db, *call.args)
 
 
@@ -87,9 +98,13 @@ def run(db: Any, steps: Steps[T]) -> T:
 async def aexecute(db: Any, call: Call) -> Any:
     """Send one call on a ``redis.asyncio`` client and return its reply."""
     if isinstance(call, ScriptCall):
+        clustered = cluster.is_cluster(db)
+        if clustered:
+            cluster.slot_of(tuple(call.keys))
         if call.wait is None:
             return await call.script.acall(db, call.keys, call.args)
-        async with db.pipeline(transaction=False) as pipe:
+        node = cluster.node_client(db, call.keys[0]) if clustered else db
+        async with node.pipeline(transaction=False) as pipe:
             call.script.queue_on(pipe, call.keys, call.args)
             pipe.execute_command("WAIT", *call.wait)
             try:
@@ -100,6 +115,8 @@ async def aexecute(db: Any, call: Call) -> Any:
     if isinstance(call, Sleep):
         await asyncio.sleep(call.seconds)
         return None
+    if call.route is not None and cluster.is_cluster(db):
+        return await scripts.araw_command(db, *call.args, **cluster.target(db, call.route))
     return await scripts.araw_command(db, *call.args)
 
 

@@ -43,24 +43,24 @@ def encode_arg(value: Arg) -> bytes | int | float:
     return value
 
 
-def raw_command(client: Any, *args: Arg) -> Any:
+def raw_command(client: Any, *args: Arg, **options: Any) -> Any:
     """Send one command whose reply must not be decoded (ids and data are bytes).
 
     Raises:
         WrongKeyTypeError: A key holds the wrong Redis type.
     """
     try:
-        return client.execute_command(*args, **{NEVER_DECODE: True})
+        return client.execute_command(*args, **options, **{NEVER_DECODE: True})
     except NoScriptError:
         raise
     except ResponseError as err:
         raise translate_error(err) from err
 
 
-async def araw_command(client: Any, *args: Arg) -> Any:
+async def araw_command(client: Any, *args: Arg, **options: Any) -> Any:
     """Asynchronous :func:`raw_command`, for a ``redis.asyncio`` client."""
     try:
-        return await client.execute_command(*args, **{NEVER_DECODE: True})
+        return await client.execute_command(*args, **options, **{NEVER_DECODE: True})
     except NoScriptError:
         raise
     except ResponseError as err:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -11,6 +13,7 @@ from typing import TypeVar
 from redis import Redis
 from redis.client import Pipeline
 
+from . import cluster
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix, QueueKeys
@@ -473,23 +476,38 @@ def lease_from(
     """Lease one item from the first of ``queues`` (highest priority first) that has one.
 
     All queues are looked at in one script call, so the priority order holds exactly. Blocking,
-    the worker wakes for whichever queue gets an item first: the lease script flags the queues
-    as awaited, and every push onto a flagged queue by this library also pushes a wake-up token
-    that the worker waits for (BLPOP). Tokens carry no items, so a worker killed while waiting
-    loses nothing. A push by a client of another implementation does not wake the worker: it
-    finds the item at its next look, within ``max_block`` (at most 60 s, or half the client's
-    socket timeout).
+    the worker wakes for whichever queue gets an item first: the lease script registers the
+    worker with the queues, and every push by this library onto a queue with a registered worker
+    also pushes a wake-up token that the worker waits for (BLPOP). Tokens carry no items, so a
+    worker killed while waiting loses nothing. A push by a client of another implementation
+    does not wake the worker: it finds the item at its next look, within at most 60 s (or half
+    the client's socket timeout).
+
+    On Redis Cluster, queues whose prefixes do not share a ``{hash tag}`` cannot be looked at in
+    one call: then each is tried in turn, in priority order, and a blocked worker waits on the
+    first queue for at most ``FALLBACK_SLICE`` seconds at a time before looking at the others.
 
     Raises:
         InvalidArgumentError: No queues, or an argument out of range.
-        CrossSlotError: On Redis Cluster, when the queues are not in one slot (give their
-            prefixes the same ``{hash tag}``).
     """
-    steps = lease_from_steps(queues, lease_secs, block, timeout, at_most_once, max_block(db))
+    steps = lease_from_steps(
+        queues, lease_secs, block, timeout, at_most_once, max_block(db), one_call(db, queues)
+    )
     return run(db, steps)
 
 
 Q = TypeVar("Q", bound=QueueBase)
+
+#: How long a worker leasing from queues in several cluster slots waits on its first queue
+#: before it looks at the others again.
+FALLBACK_SLICE = 0.5
+
+
+def one_call(db: object, queues: Sequence[QueueBase]) -> bool:
+    """Whether ``queues`` can be leased from in one script call on ``db``."""
+    if not cluster.is_cluster(db):
+        return True
+    return cluster.same_slot([key for q in queues for key in q.keys.script_keys])
 
 
 def lease_from_steps(
@@ -499,13 +517,33 @@ def lease_from_steps(
     timeout: float,
     at_most_once: bool,
     max_block: float,
+    together: bool = True,
 ) -> Steps[tuple[Q, Item] | None]:
-    """The operation behind :func:`lease_from`, for any kind of queue."""
+    """The operation behind :func:`lease_from`, for any kind of queue.
+
+    ``together`` false tries the queues one at a time (they live in different cluster slots).
+    """
     if not queues:
         raise InvalidArgumentError("lease_from needs at least one queue")
-    ops = [q.ops for q in queues]
-    leased = yield from lease_steps(ops, lease_secs, block, timeout, at_most_once, max_block, 1)
-    if not leased:
-        return None
-    index, item = leased[0]
-    return queues[index], item
+    if together:
+        ops = [q.ops for q in queues]
+        leased = yield from lease_steps(ops, lease_secs, block, timeout, at_most_once, max_block, 1)
+        if not leased:
+            return None
+        index, item = leased[0]
+        return queues[index], item
+    logger.debug("leasing from %d queues in turn: they are in different slots", len(queues))
+    deadline = time.monotonic() + timeout if timeout else math.inf
+    while True:
+        for queue in queues:
+            found = yield from queue.ops.lease_one(lease_secs, False, 0, at_most_once)
+            if found is not None:
+                return queue, found
+        remaining = deadline - time.monotonic()
+        if not block or remaining <= 0:
+            return None
+        first = queues[0]
+        wait = min(remaining, FALLBACK_SLICE)
+        found = yield from first.ops.lease_one(lease_secs, True, wait, at_most_once, max_block)
+        if found is not None:
+            return first, found

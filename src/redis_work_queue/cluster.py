@@ -1,0 +1,77 @@
+"""Redis Cluster support: slot checks and routing for the calls that are not routed by key.
+
+A queue lives in one slot when its prefix holds a ``{hash tag}``: every script call then names
+keys of that slot only, and redis-py routes it. What redis-py cannot route by itself is sent to
+the node that owns the queue's slot: SCAN (the deep clean, flush) and the WAIT that follows a
+write on the same connection (a pipeline on a client of that node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from .errors import CrossSlotError
+
+_NODE_CLIENTS = "_rwq_node_clients"
+
+
+def is_cluster(db: object) -> bool:
+    """True for a ``RedisCluster`` client (sync or asyncio)."""
+    return isinstance(db, RedisCluster | AsyncRedisCluster)
+
+
+@lru_cache(maxsize=1024)
+def slot_of(keys: tuple[str, ...]) -> int:
+    """The one cluster slot of ``keys``.
+
+    Raises:
+        CrossSlotError: The keys are in several slots (a queue prefix without a hash tag, or
+            queues with different tags in one call).
+    """
+    slots = {key_slot(key.encode("utf-8", "surrogateescape")) for key in keys}
+    if len(slots) != 1:
+        raise CrossSlotError(
+            "on Redis Cluster the keys of one call must share a slot: give the queue prefix a "
+            "{hash tag} (for example '{jobs}' or 'app:{jobs}'), and queues leased together the "
+            f"same tag; keys: {', '.join(sorted(keys)[:4])}..."
+        )
+    return slots.pop()
+
+
+def same_slot(keys: Sequence[str]) -> bool:
+    """True when ``keys`` share one slot."""
+    try:
+        slot_of(tuple(keys))
+    except CrossSlotError:
+        return False
+    return True
+
+
+def target(db: Any, key: str) -> dict[str, Any]:
+    """The options that send a keyless command to the node owning ``key``'s slot."""
+    if not is_cluster(db):
+        return {}
+    return {"target_nodes": db.get_node_from_key(key)}
+
+
+def node_client(db: Any, key: str) -> Any:
+    """A plain client (sync or asyncio, like ``db``) of the primary owning ``key``'s slot."""
+    node = db.get_node_from_key(key)
+    clients: dict[tuple[str, int], Any] = db.__dict__.setdefault(_NODE_CLIENTS, {})
+    found = clients.get((node.host, node.port))
+    if found is None:
+        kwargs = dict(getattr(db.nodes_manager, "connection_kwargs", {}))
+        for drop in ("host", "port", "connection_pool", "retry"):
+            kwargs.pop(drop, None)
+        kind = redis.asyncio.Redis if isinstance(db, AsyncRedisCluster) else redis.Redis
+        found = kind(host=node.host, port=node.port, **kwargs)
+        clients[(node.host, node.port)] = found
+    return found
