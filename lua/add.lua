@@ -1,31 +1,46 @@
--- add: add one or more items, each unless its id exists already (or without that check).
+-- add: add items, each unless its id exists already (or without that check).
 --#include queue.lua
+--#include wake.lua
+--#include delay.lua
 -- arg(1) '1' to skip the existence check, arg(2) delay in ms (0: none), arg(3) due time in ms
 -- since the epoch (0: none; wins over the delay), arg(4) time to live in ms (0: none), then
 -- pairs of arg(5+2k) id and arg(6+2k) data
 -- Returns, per item, 1 when it was added and 0 when its id existed already (nothing changed).
 -- Keeps: the data keys are written before the ids are pushed; an existing item is never queued
--- a second time (unless the check is skipped); a delayed item holds a delay lease, so no cleaner
--- queues it early.
-guard(Q, 'queue', 'delayed')
+-- a second time (unless the check is skipped); a new item starts without bookkeeping (a count
+-- left by a client of another implementation is dropped); a delayed item holds a delay lease,
+-- so no cleaner queues it early.
 local unique, delay, at, ttl = arg(1) == '1', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
+redis.call('LLEN', Q.queue)
 local now, due = 0, 0
 if delay > 0 or at > 0 then
+  redis.call('ZCARD', Q.delayed)
   now = now_ms()
   due = at > 0 and at or now + delay
 end
 local added, ready = {}, {}
-for i = 4 * NQ + 5, #ARGV, 2 do
-  local id, key, data = ARGV[i], Q.item .. ARGV[i], ARGV[i + 1]
-  local ok
-  if unique and ttl > 0 then
-    ok = redis.call('SET', key, data, 'PX', ttl)
-  elseif unique then
-    ok = redis.call('SET', key, data)
-  elseif ttl > 0 then
-    ok = redis.call('SET', key, data, 'PX', ttl, 'NX')
+for i = NQ + 5, #ARGV, 2 do
+  local id, data = ARGV[i], ARGV[i + 1]
+  local key = Q.item .. id
+  local ok, fresh
+  if unique then
+    local old
+    if ttl > 0 then
+      old = redis.call('SET', key, data, 'PX', ttl, 'GET')
+    else
+      old = redis.call('SET', key, data, 'GET')
+    end
+    ok, fresh = true, not old
   else
-    ok = redis.call('SET', key, data, 'NX')
+    if ttl > 0 then
+      ok = redis.call('SET', key, data, 'PX', ttl, 'NX')
+    else
+      ok = redis.call('SET', key, data, 'NX')
+    end
+    fresh = ok
+  end
+  if fresh then
+    forget(Q, id)
   end
   if ok then
     if due > now then
@@ -40,6 +55,6 @@ for i = 4 * NQ + 5, #ARGV, 2 do
 end
 if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))
-  wake(Q)
+  wake(Q, #ready)
 end
 return added

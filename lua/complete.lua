@@ -3,15 +3,22 @@
 -- arg(1), arg(2), ... item ids
 -- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
 -- item had already been completed (or had expired).
--- Keeps: exactly one call returns 1 per item. The processing list is searched from its tail,
--- where the oldest leases sit, so completing in lease order stays O(1) per item; no bookkeeping
--- of an item is left behind.
-guard(Q, 'processing', 'deliveries', 'reasons', 'delayed')
+-- Keeps: exactly one call returns 1 per item; no bookkeeping of an item is left behind. The id is
+-- looked for near the oldest end of the processing list first (completing in lease order), then
+-- from the newest end (short jobs among long ones), so neither pattern scans the whole list.
+local NEAR = 64
+redis.call('LLEN', Q.processing)
+redis.call('HLEN', Q.deliveries)
+redis.call('ZCARD', Q.delayed)
 local done = {}
-for i = 4 * NQ + 1, #ARGV do
+for i = NQ + 1, #ARGV do
   local id = ARGV[i]
   done[#done + 1] = redis.call('DEL', Q.item .. id)
-  redis.call('LREM', Q.processing, -1, id)
+  if redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR) then
+    redis.call('LREM', Q.processing, -1, id)
+  else
+    redis.call('LREM', Q.processing, 1, id)
+  end
   redis.call('DEL', Q.lease .. id)
   redis.call('ZREM', Q.delayed, id)
   forget(Q, id)

@@ -4,9 +4,10 @@
 -- arg(1), arg(2), ... ids that have a delivery count or a reason
 -- Returns how many ids were forgotten.
 -- Keeps: the bookkeeping of an existing item is never touched.
-guard(Q, 'deliveries', 'reasons')
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
 local gone = 0
-for i = 4 * NQ + 1, #ARGV do
+for i = NQ + 1, #ARGV do
   local id = ARGV[i]
   if redis.call('EXISTS', Q.item .. id) == 0 then
     forget(Q, id)

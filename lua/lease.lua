@@ -2,27 +2,34 @@
 -- priority first), without blocking; or hand them out at most once. Due delayed items are moved
 -- onto their main queue first.
 --#include queue.lua
--- arg(1) lease length in ms, arg(2) lease token, arg(3) most ids to examine (and due items to
--- promote per queue), arg(4) '1' to hand items out at most once, arg(5) how many items,
--- arg(6) when nothing is found: ms for which to register the caller as a worker blocked on the
--- queues (0: it will not block), arg(7) the caller's waiter id ('' when it does not block; see
--- schedule, enqueue and leave)
+--#include wake.lua
+--#include delay.lua
+--#include take.lua
+-- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
+-- arg(4) how many items, arg(5) when nothing is found: ms for which to register the caller as a
+-- worker blocked on the queues (0: it will not block), arg(6) the caller's waiter id ('' when it
+-- does not block), arg(6+i) queue i's max deliveries (0: no limit)
 -- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
--- arg(3) ids were dropped or buried and the caller should call again.
+-- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
 -- is always on the processing list; an id without a data key is dropped, never handed out; an
 -- item is never handed out more than max deliveries times.
-local ms, token, budget, once = arg(1), arg(2), tonumber(arg(3)), arg(4) == '1'
-local count, flag, waiter = tonumber(arg(5)), tonumber(arg(6)), arg(7)
+local BUDGET = 100
+local ms, token, once = arg(1), arg(2), arg(3) == '1'
+local count, flag, waiter = tonumber(arg(4)), tonumber(arg(5)), arg(6)
+local budget = BUDGET
 for i = 1, NQ do
-  guard(queue_at(i), 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
+  local q = queue_at(i)
+  redis.call('LLEN', q.processing)
+  redis.call('HLEN', q.deliveries)
 end
 local now = now_ms()
 local out = {}
 for i = 1, NQ do
   local q = queue_at(i)
-  promote(q, now, budget)
+  local max = tonumber(arg(6 + i))
+  promote(q, now, BUDGET)
   while #out < count and budget > 0 do
     local id = redis.call('LINDEX', q.queue, -1)
     if not id then
@@ -30,13 +37,14 @@ for i = 1, NQ do
     end
     local data = redis.call('GET', q.item .. id)
     redis.call('RPOP', q.queue)
-    budget = budget - 1
-    local taken = take(q, id, data, ms, token, once, now)
+    local taken = take(q, id, data, ms, token, max, once, now)
     if taken then
       if not once then
         redis.call('LPUSH', q.processing, id)
       end
       out[#out + 1] = taken
+    else
+      budget = budget - 1
     end
   end
   if #out >= count then
@@ -62,7 +70,7 @@ for i = 1, NQ do
     soonest = due
   end
   if flag > 0 then
-    await(q, waiter, now + flag)
+    redis.call('ZADD', q.waiting, now + flag, waiter)
   end
 end
 return soonest

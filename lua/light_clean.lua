@@ -1,18 +1,26 @@
 -- light_clean: one bounded step of the light clean, over the oldest end of the processing list.
 --#include queue.lua
--- arg(1) most ids to examine
--- Returns {examined, requeued, dropped, buried}.
--- Due delayed items are moved onto the main queue first. Each examined id is then popped from the
--- tail of the processing list and: dropped when its data key is gone (a completed item); pushed
--- back onto the head of the processing list when its lease is live; buried when it has been
--- delivered max times; pushed onto the main queue otherwise (its lease expired, or its worker
--- died before taking the lease). Repeated calls rotate through the whole list in its own order.
+--#include wake.lua
+--#include delay.lua
+--#include take.lua
+-- arg(1) most ids to examine, arg(2) max deliveries (0: no limit), arg(3) most due delayed items
+-- to promote
+-- Returns {examined, requeued, dropped, buried, promoted}.
+-- Due delayed items are moved onto the main queue first, and lapsed registrations of blocked
+-- workers are dropped. Each examined id is then taken from the tail of the processing list and:
+-- dropped when its data key is gone (a completed item); pushed back onto the head of the
+-- processing list when its lease is live; buried when it has been delivered max times; pushed
+-- onto the main queue otherwise (its lease expired, or its worker died before taking the lease).
+-- Repeated calls rotate through the whole list in its own order.
 -- Keeps: an item with a live lease is never requeued, and a requeued id leaves the processing
 -- list in the same step, so it is never both queued and leased.
-guard(Q, 'queue', 'processing', 'deliveries', 'reasons', 'dead', 'delayed')
-local budget = tonumber(arg(1))
+local budget, max, due = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
+redis.call('LLEN', Q.queue)
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
+redis.call('ZCARD', Q.dead)
 local now = now_ms()
-promote(Q, now, budget)
+local promoted = promote(Q, now, due)
 leave(Q, '', now)
 local examined, requeued, dropped, buried = 0, 0, 0, 0
 for _ = 1, budget do
@@ -30,7 +38,7 @@ for _ = 1, budget do
     redis.call('LPUSH', Q.processing, id)
   else
     local n = delivered(Q, id)
-    if Q.max > 0 and n >= Q.max then
+    if max > 0 and n >= max then
       bury(Q, id, data, n, 'lease expired', now)
       buried = buried + 1
     else
@@ -42,4 +50,4 @@ for _ = 1, budget do
     end
   end
 end
-return {examined, requeued, dropped, buried}
+return {examined, requeued, dropped, buried, promoted}

@@ -1,10 +1,11 @@
 -- peek: read a page of the main queue without taking anything.
 --#include queue.lua
 -- arg(1) first index, arg(2) last index, as LRANGE indexes of the main queue list
--- Returns the list's {id, data} pairs in list order (data is nil for an id whose item is gone).
+-- Returns {length of the main queue, {id, data}, ...}: the page in list order (data is nil for an
+-- id whose item is gone).
 -- Keeps: read only.
 local ids = redis.call('LRANGE', Q.queue, arg(1), arg(2))
-local out = {}
+local out = {redis.call('LLEN', Q.queue)}
 for _, id in ipairs(ids) do
   out[#out + 1] = {id, redis.call('GET', Q.item .. id)}
 end

@@ -1,11 +1,15 @@
 -- requeue_dead: put dead letters back on the main queue with their delivery count reset.
 --#include queue.lua
+--#include wake.lua
 --#include dead.lua
 -- arg(1)... as dead.lua
 -- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
 -- letters or are in use by a live item again (those stay dead).
 -- Keeps: a dead letter becomes an item again (data key, then queue) in one step.
-guard(Q, 'queue', 'dead', 'deliveries', 'reasons')
+redis.call('LLEN', Q.queue)
+redis.call('ZCARD', Q.dead)
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
 local requeued, skipped = 0, 0
 for _, id in ipairs(chosen_dead()) do
   local key = Q.dead_item .. id

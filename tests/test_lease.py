@@ -311,7 +311,7 @@ def test_claim_script_returns_nothing_once_the_id_was_requeued(
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
     assert queue.light_clean(db).requeued == 1
     before = dump_state(db)
-    claim = queue.ops._call("claim", 30_000, "token", 100, "0", "late-claim", "")
+    claim = queue.ops._call("claim", 30_000, "token", "0", "late-claim", "", 0)
     reply = protocol.execute(db, claim)
     assert reply == 0
     assert dump_state(db) == before

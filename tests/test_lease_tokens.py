@@ -303,6 +303,27 @@ def test_delivery_counts_are_per_item(db: redis.Redis, queue: WorkQueue) -> None
     assert counts == {"i0": 3, "i1": 3, "i2": 3}
 
 
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_readded_id_counts_from_one_after_a_foreign_completion(
+    db: redis.Redis, limit: int | None
+) -> None:
+    """Another client of the design completes an item the reference way (data key, lease key,
+    processing entry) and knows nothing of the delivery counts. An item added later under the
+    same id is a new item: its first delivery is 1 (and it is not dead-lettered unseen)."""
+    queue = WorkQueue(KeyPrefix(P), max_deliveries=limit)
+    queue.add_item(db, Item(b"old", id="a"))
+    assert queue.release(db, lease_now(db, queue), reason="retry")
+    assert lease_now(db, queue).deliveries == 2
+    db.delete(f"{P}:item:a")  # the foreign completion
+    db.lrem(f"{P}:processing", -1, "a")
+    db.delete(f"{P}:lease:a")
+    assert queue.add_item(db, Item(b"new", id="a"))
+    item = queue.lease(db, 30, block=False)
+    assert item is not None, "the new item was dead-lettered before its first delivery"
+    assert (item.data(), item.deliveries) == (b"new", 1)
+    assert queue.dead_count(db) == 0
+
+
 def test_complete_removes_all_bookkeeping(bytes_db: redis.Redis, queue: WorkQueue) -> None:
     db = bytes_db
     for i in range(4):
@@ -392,7 +413,7 @@ def test_blocked_lease_gets_an_item_released_with_delay_soon_after_due(
     out: dict[str, Any] = {}
     _blocked_lease(db, queue, 3, out)
     assert out["item"] is not None
-    assert out["item"].id() == "a"
+    assert (out["item"].id(), out["item"].deliveries) == ("a", 2)
     late = out["at"] - released - delay
     assert late >= -0.005, f"leased {-late:.3f} s early"
     assert late < 0.1, f"leased {late:.3f} s late"
@@ -416,6 +437,7 @@ def test_lease_blocked_before_a_delayed_release_wakes_when_it_is_due(
         thread.join(timeout=6)
         assert not thread.is_alive()
         assert out["item"] is not None, "the waiter never got the delayed item"
+        assert out["item"].deliveries == 2
         late = out["at"] - released - 0.3
         assert late >= -0.005, f"leased {-late:.3f} s early"
         assert late < 0.1, f"leased {late:.3f} s late (the waiter was not woken when it was due)"

@@ -1,12 +1,11 @@
--- dead: picks the dead letters an operation applies to.
--- arg(1) 'oldest' then arg(2) a count: the count oldest dead letters; or arg(1) 'ids' then
--- arg(2), arg(3), ... the ids.
+-- dead: picks the dead letters an operation applies to: arg(1) 'oldest' then arg(2) a count (the
+-- count oldest dead letters), or arg(1) 'ids' then arg(2), arg(3), ... the ids.
 local function chosen_dead()
   if arg(1) == 'oldest' then
     return redis.call('ZRANGE', Q.dead, 0, tonumber(arg(2)) - 1)
   end
   local ids = {}
-  for i = 4 * NQ + 2, #ARGV do
+  for i = NQ + 2, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
   return ids

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from .aio import AsyncWorkQueue, lease_from
 from .errors import InvalidArgumentError
 from .item import Item
+from .protocol import arun
 from .worker import WorkerStats, backoff_delay
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,8 @@ class AsyncWorker:
                 continue
             queue, item = leased
             if self._stop.is_set():
-                await queue.release(self.db, item, reason="worker stopping")
+                # Leased as the stop came: give it back uncounted, at the front of the line.
+                await arun(self.db, queue.ops.release(item, 0, "worker stopping", undo=True))
                 return
             self._held[number] = (queue, item)
             try:

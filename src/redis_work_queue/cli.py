@@ -93,7 +93,12 @@ def _flush(args: argparse.Namespace, db: redis.Redis) -> int:
         names = ", ".join(args.queues)
         if not sys.stdin.isatty():
             return _fail(EXIT_USAGE, f"refusing to flush {names} without --yes (no terminal)")
-        answer = input(f"Delete every key of {names}, including queued and leased items? [y/N] ")
+        try:
+            answer = input(
+                f"Delete every key of {names}, including queued and leased items? [y/N] "
+            )
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return EXIT_FAILED
@@ -110,11 +115,12 @@ def _preview(data: bytes, width: int = 40) -> str:
 
 def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
     queue = WorkQueue(KeyPrefix(args.queue))
-    if args.requeue or args.purge:
-        if bool(args.ids) == args.all:
+    if args.requeue is not None or args.purge is not None:
+        named = args.ids + (args.requeue if args.requeue is not None else args.purge)
+        if bool(named) == args.all:
             return _fail(EXIT_USAGE, "name the dead letters' ids, or pass --all (not both)")
-        ids = None if args.all else args.ids
-        if args.requeue:
+        ids = None if args.all else named
+        if args.requeue is not None:
             print(f"requeued {queue.requeue_dead(db, ids)} dead letters of {args.queue}")
         else:
             print(f"purged {queue.purge_dead(db, ids)} dead letters of {args.queue}")
@@ -218,8 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
     p.add_argument("ids", nargs="*", metavar="ID", help="dead letters to requeue or purge")
     action = p.add_mutually_exclusive_group()
-    action.add_argument("--requeue", action="store_true", help="put them back on the queue")
-    action.add_argument("--purge", action="store_true", help="delete them for good")
+    action.add_argument(
+        "--requeue", nargs="*", metavar="ID", help="put these (or, with --all, all) back"
+    )
+    action.add_argument("--purge", nargs="*", metavar="ID", help="delete these for good")
     p.add_argument("--all", action="store_true", help="requeue or purge every dead letter")
     p.add_argument("--start", type=int, default=0, help="first to list (default 0)")
     p.add_argument("--count", type=int, default=20, help="how many to list (default 20)")

@@ -8,6 +8,7 @@ write on the same connection (a pipeline on a client of that node).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -68,10 +69,12 @@ def node_client(db: Any, key: str) -> Any:
     clients: dict[tuple[str, int], Any] = db.__dict__.setdefault(_NODE_CLIENTS, {})
     found = clients.get((node.host, node.port))
     if found is None:
-        kwargs = dict(getattr(db.nodes_manager, "connection_kwargs", {}))
-        for drop in ("host", "port", "connection_pool", "retry"):
-            kwargs.pop(drop, None)
         kind = redis.asyncio.Redis if isinstance(db, AsyncRedisCluster) else redis.Redis
+        accepted = set(inspect.signature(kind.__init__).parameters) - {"self", "host", "port"}
+        settings = getattr(db.nodes_manager, "connection_kwargs", None) or getattr(
+            db, "connection_kwargs", {}
+        )
+        kwargs = {k: v for k, v in settings.items() if k in accepted and k != "retry"}
         found = kind(host=node.host, port=node.port, **kwargs)
         clients[(node.host, node.port)] = found
     return found

@@ -97,19 +97,10 @@ class QueueKeys:
         self.delayed = prefix.of(":delayed")
         self.waiting = prefix.of(":waiting")
         self.wake = prefix.of(":wake")
-        #: The KEYS of one queue in every script (see lua/include/queue.lua).
-        self.script_keys = (
-            self.queue,
-            self.processing,
-            self.deliveries,
-            self.reasons,
-            self.dead,
-            self.delayed,
-            self.waiting,
-            self.wake,
-        )
-        #: The first ARGV of one queue in every script (its max deliveries follows).
-        self.script_args = (self.item_prefix, self.lease_prefix, self.dead_prefix)
+        #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
+        #: name the other keys from the prefix, as above (see lua/include/queue.lua).
+        self.script_keys = (self.queue,)
+        self.script_args = (self.prefix,)
 
     def item(self, item_id: str) -> str:
         """The data key of ``item_id``."""
@@ -135,4 +126,13 @@ class QueueKeys:
 
     def fixed(self) -> tuple[str, ...]:
         """Every key of the queue that is not per item."""
-        return self.script_keys
+        return (
+            self.queue,
+            self.processing,
+            self.deliveries,
+            self.reasons,
+            self.dead,
+            self.delayed,
+            self.waiting,
+            self.wake,
+        )

@@ -23,7 +23,7 @@ from .protocol import Command, ScriptCall, Sleep, Steps
 logger = logging.getLogger("redis_work_queue")
 
 #: Ids a lease call may drop or bury before handing control back (and due delayed items it
-#: promotes).
+#: promotes): BUDGET in lua/lease.lua.
 LEASE_BUDGET = 100
 #: Ids one light-clean call examines: well under a millisecond of server time.
 CLEAN_CHUNK = 500
@@ -31,13 +31,17 @@ CLEAN_CHUNK = 500
 SCAN_COUNT = 1000
 #: Ids read per LRANGE when the deep clean takes its snapshot of the lists.
 SNAPSHOT_CHUNK = 2000
-#: Suspects re-checked per deep-clean call (each costs a scan of both lists, in C).
+#: Suspects re-checked per deep-clean call (each costs a scan of both lists, in C), at most, and
+#: list entries scanned per call: the chunk shrinks as the lists grow.
 RECHECK_CHUNK = 20
+RECHECK_BUDGET = 1_000_000
 #: Dead letters requeued or purged per script call.
 DEAD_CHUNK = 500
 #: Items added per script call, and the most bytes of data one call carries.
 ADD_CHUNK = 500
 ADD_CHUNK_BYTES = 4 << 20
+#: Items leased per script call by lease_many.
+LEASE_CHUNK = 500
 #: Items completed per script call.
 COMPLETE_CHUNK = 500
 #: Processing-list entries whose lease one stats call checks.
@@ -331,14 +335,21 @@ class QueueOps:
         self.max_deliveries = check_max_deliveries(max_deliveries)
         self.replicas = check_replicas(replicas)
         self.replica_timeout_ms = to_ms(replica_timeout, "replica_timeout")
-        #: This queue's part of every script's KEYS and ARGV.
+        #: This queue's part of every script's KEYS and ARGV, and the keys named from them.
         self.script_keys = keys.script_keys
-        self.script_args = (*keys.script_args, self.max_deliveries)
+        self.script_args = keys.script_args
+        self.slot_keys = keys.fixed()
 
     def _call(
         self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
     ) -> ScriptCall:
-        return ScriptCall(scripts.load(name), self.script_keys, (*self.script_args, *args), wait)
+        return ScriptCall(
+            scripts.load(name),
+            self.script_keys,
+            (*self.script_args, *args),
+            wait,
+            self.slot_keys,
+        )
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -448,8 +459,14 @@ class QueueOps:
         renew = scripts.load("renew")
         return bool((yield ScriptCall(renew, (self.keys.lease(item.id()),), (token, ms))))
 
-    def release(self, item: Item, delay: float, reason: str | None) -> Steps[bool]:
-        """Give a held item back; True when the caller held it."""
+    def release(
+        self, item: Item, delay: float, reason: str | None, undo: bool = False
+    ) -> Steps[bool]:
+        """Give a held item back; True when the caller held it.
+
+        With ``undo`` the delivery is not counted and the item goes back to the leasing end, as
+        if it had never been handed out (a worker that stops before starting the job).
+        """
         item, token = held_token(item)
         delay_ms = to_ms(delay, "delay", minimum=0)
         extra: tuple[str, ...] = ()
@@ -457,7 +474,9 @@ class QueueOps:
             if not isinstance(reason, str):
                 raise InvalidArgumentError(f"reason must be a str, not {type(reason).__name__}")
             extra = (reason,)
-        return bool((yield self._call("release", item.id(), token, delay_ms, *extra)))
+        flag = "1" if undo else "0"
+        call = self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
+        return bool((yield call))
 
     # Completing -------------------------------------------------------------------------------
 
@@ -491,12 +510,14 @@ class QueueOps:
         examined = requeued = dropped = dead = 0
         while True:
             budget = max(min(CLEAN_CHUNK, total - examined), 1)
-            seen, back, gone, buried = yield self._call("light_clean", budget)
+            call = self._call("light_clean", budget, self.max_deliveries, CLEAN_CHUNK)
+            seen, back, gone, buried, promoted = yield call
             examined += seen
             requeued += back
             dropped += gone
             dead += buried
-            if seen < budget or examined >= total:
+            processed = seen < budget or examined >= total
+            if processed and promoted < CLEAN_CHUNK:
                 break
         report = CleanReport(examined=examined, requeued=requeued, dropped=dropped, dead=dead)
         busy = report.requeued or report.dropped or report.dead
@@ -511,7 +532,7 @@ class QueueOps:
         cursor: Any = 0
         while True:
             scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-            cursor, found = yield Command(scan, route=self.keys.queue)
+            cursor, found = yield Command(scan, route=self.keys.queue, slot_keys=self.slot_keys)
             if isinstance(cursor, dict):  # redis-py's cluster client: {node: cursor}
                 (cursor,) = cursor.values()
             if found:
@@ -522,20 +543,19 @@ class QueueOps:
     def deep_clean(self) -> Steps[CleanReport]:
         """Recover items lost from both lists; see ``WorkQueue.deep_clean``."""
         keys = self.keys
+        listed = yield from self._snapshot(keys.processing)
+        listed |= yield from self._snapshot(keys.queue)
         offset = len(keys.item_prefix.encode("utf-8"))
         examined = 0
-        candidates: list[bytes] = []
+        suspects: dict[bytes, None] = {}
         for batch in (yield from self._scan(keys.item_pattern())):
-            ids = [key[offset:] for key in batch]
-            examined += len(ids)
-            candidates.extend((yield self._call("unleased", *ids)))
+            examined += len(batch)
+            suspects.update((key[offset:], None) for key in batch if key[offset:] not in listed)
+        # Each suspect costs a scan of both lists inside Redis: keep a call to a few ms.
+        chunk = max(1, min(RECHECK_CHUNK, RECHECK_BUDGET // max(len(listed), 1)))
         requeued = 0
-        if candidates:
-            listed = yield from self._snapshot(keys.processing)
-            listed |= yield from self._snapshot(keys.queue)
-            suspects = list(dict.fromkeys(c for c in candidates if c not in listed))
-            for chunk in _chunks(suspects, RECHECK_CHUNK):
-                requeued += len((yield self._call("deep_clean", *chunk)))
+        for ids in _chunks(list(suspects), chunk):
+            requeued += len((yield self._call("deep_clean", *ids)))
         forgotten = 0
         for key in (keys.deliveries, keys.reasons):
             cursor: Any = 0
@@ -555,7 +575,11 @@ class QueueOps:
         return report
 
     def _snapshot(self, key: str) -> Steps[set[bytes]]:
-        """Read a list in chunks from its head; ids that stay in it all along are all seen."""
+        """Read a list in chunks from its head.
+
+        Ids pushed or moved meanwhile may be missed; they only become suspects, which the
+        atomic re-check then clears.
+        """
         seen: set[bytes] = set()
         start = 0
         while True:
@@ -597,15 +621,12 @@ class QueueOps:
         else:
             first, last = -start - count, -start - 1
             first = max(first, 0)
-        rows = yield self._call("peek", first, last)
-        length = None
-        if start < 0:
-            length = int((yield Command(("LLEN", self.keys.queue))))
-        out = []
-        for offset, (raw_id, data) in enumerate(reversed(rows)):
-            position = start + offset if start >= 0 else (length or 0) + start + offset
-            out.append(QueuedItem(position, decode(raw_id), data))
-        return out
+        length, *rows = yield self._call("peek", first, last)
+        base = start if start >= 0 else max(int(length) + start, 0)
+        return [
+            QueuedItem(base + offset, decode(raw_id), data)
+            for offset, (raw_id, data) in enumerate(reversed(rows))
+        ]
 
     def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
         """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
@@ -713,18 +734,39 @@ def lease_steps(
     once = "1" if at_most_once else "0"
     keys = tuple(k for q in queues for k in q.script_keys)
     prefix_args = tuple(a for q in queues for a in q.script_args)
+    slot_keys = tuple(k for q in queues for k in q.slot_keys)
+    limits = tuple(q.max_deliveries for q in queues)
     lease, claim = scripts.load("lease"), scripts.load("claim")
     single = len(queues) == 1
     waiter = new_token() if block else ""
+
+    def lease_call(token: str, want: int, flag_ms: int, who: str) -> ScriptCall:
+        args: tuple[scripts.Arg, ...] = (*prefix_args, ms, token, once, want, flag_ms, who, *limits)
+        return ScriptCall(lease, keys, args, None, slot_keys)
+
+    def rest(got: list[tuple[int, Item]]) -> Steps[list[tuple[int, Item]]]:
+        """Take what is left of ``count``, in chunks, without waiting."""
+        while len(got) < count:
+            token = new_token()
+            want = min(count - len(got), LEASE_CHUNK)
+            reply = yield lease_call(token, want, 0, "")
+            if reply == _AGAIN:
+                continue
+            if not isinstance(reply, list):
+                break
+            got += (_leased(row, token, at_most_once) for row in reply)
+            if len(reply) < want:
+                break
+        return got
+
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
         slice_secs = max(min(remaining, max_block), 0.001)
         flag_ms = round(slice_secs * 1000) + 1000 if block and remaining > 0.001 else 0
-        head = (ms, token, LEASE_BUDGET, once)
-        reply = yield ScriptCall(lease, keys, (*prefix_args, *head, count, flag_ms, waiter))
+        reply = yield lease_call(token, min(count, LEASE_CHUNK), flag_ms, waiter)
         if isinstance(reply, list):
-            return [_leased(row, token, at_most_once) for row in reply]
+            return (yield from rest([_leased(row, token, at_most_once) for row in reply]))
         if reply == _AGAIN:
             continue
         if not block or remaining <= 0.001:
@@ -744,9 +786,11 @@ def lease_steps(
         moved = yield Command(("BRPOPLPUSH", queue.keys.queue, queue.keys.processing, wait))
         if moved is None:
             continue
-        reply = yield ScriptCall(claim, keys, (*prefix_args, *head, moved, waiter))
+        claimed = (*prefix_args, ms, token, once, moved, waiter, limits[0])
+        reply = yield ScriptCall(claim, keys, claimed, None, slot_keys)
         if isinstance(reply, list):
-            return [_leased(row, token, at_most_once) for row in reply]
+            # What woke us may have brought more: take it too, without waiting.
+            return (yield from rest([_leased(row, token, at_most_once) for row in reply]))
 
 
 def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:

@@ -34,6 +34,8 @@ class ScriptCall:
     keys: Sequence[str]
     args: Sequence[scripts.Arg]
     wait: tuple[int, int] | None = None
+    #: Keys the script touches without declaring them, which must share the declared keys' slot.
+    slot_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class Command:
 
     args: tuple[scripts.Arg, ...]
     route: str | None = None
+    #: Keys that must share ``route``'s slot on Redis Cluster (checked before sending).
+    slot_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,7 @@ def execute(db: Any, call: Call) -> Any:
     if isinstance(call, ScriptCall):
         clustered = cluster.is_cluster(db)
         if clustered:
-            cluster.slot_of(tuple(call.keys))
+            cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
             return call.script(db, call.keys, call.args)
         node = cluster.node_client(db, call.keys[0]) if clustered else db
@@ -80,6 +84,7 @@ def execute(db: Any, call: Call) -> Any:
         time.sleep(call.seconds)
         return None
     if call.route is not None and cluster.is_cluster(db):
+        cluster.slot_of((call.route, *call.slot_keys))
         return scripts.raw_command(db, *call.args, **cluster.target(db, call.route))
     return scripts.raw_command(db, *call.args)
 
@@ -100,7 +105,7 @@ async def aexecute(db: Any, call: Call) -> Any:
     if isinstance(call, ScriptCall):
         clustered = cluster.is_cluster(db)
         if clustered:
-            cluster.slot_of(tuple(call.keys))
+            cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
             return await call.script.acall(db, call.keys, call.args)
         node = cluster.node_client(db, call.keys[0]) if clustered else db
@@ -116,6 +121,7 @@ async def aexecute(db: Any, call: Call) -> Any:
         await asyncio.sleep(call.seconds)
         return None
     if call.route is not None and cluster.is_cluster(db):
+        cluster.slot_of((call.route, *call.slot_keys))
         return await scripts.araw_command(db, *call.args, **cluster.target(db, call.route))
     return await scripts.araw_command(db, *call.args)
 

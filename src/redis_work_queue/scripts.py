@@ -114,10 +114,16 @@ class Script:
             return await araw_command(client, "EVAL", self.script, *params)
 
     def queue_on(self, pipeline: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
-        """Queue the script on a pipeline (sync or asyncio); it is loaded before it runs."""
-        pipeline.scripts.add(cast(Any, self))
+        """Queue the script on a pipeline (sync or asyncio); it is loaded before it runs.
+
+        A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL).
+        """
         params = self._params(keys, args)
-        pipeline.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
+        if hasattr(pipeline, "scripts"):
+            pipeline.scripts.add(cast(Any, self))
+            pipeline.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
+        else:
+            pipeline.execute_command("EVAL", self.script, *params, **{NEVER_DECODE: True})
 
     @staticmethod
     def _params(keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:

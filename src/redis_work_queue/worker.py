@@ -28,11 +28,15 @@ import redis
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix
+from .protocol import run
 from .workqueue import WorkQueue, lease_from
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Item], Any]
+
+#: What a worker process's parent sends it for a second stop signal (the first is SIGTERM).
+CHILD_ABORT = signal.SIGUSR1
 
 
 @dataclass
@@ -200,6 +204,11 @@ class Worker:
         """Ask the worker to stop: lease nothing more, finish what is running."""
         self._stop.set()
 
+    def abort(self) -> None:
+        """Stop at once: release what is held (the handlers still running are abandoned)."""
+        self._stop.set()
+        self._abort.set()
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
@@ -278,7 +287,8 @@ class Worker:
                 continue
             queue, item = leased
             if self._stop.is_set():
-                queue.release(db, item, reason="worker stopping")
+                # Leased as the stop came: give it back uncounted, at the front of the line.
+                run(db, queue.ops.release(item, 0, "worker stopping", undo=True))
                 break
             renewer.hold(key, queue, item)
             try:
@@ -332,9 +342,11 @@ class Worker:
             wanted = 2 if self._abort.is_set() else 1 if self._stop.is_set() else 0
             while forwarded < wanted:
                 forwarded += 1
+                # Two different signals: two SIGTERMs sent at once may arrive as one.
+                sig = signal.SIGTERM if forwarded == 1 else CHILD_ABORT
                 for child in children:
                     if child.pid is not None and child.is_alive():
-                        os.kill(child.pid, signal.SIGTERM)
+                        os.kill(child.pid, sig)
             for child in children:
                 child.join(timeout=0.05)
         for _ in children:
@@ -359,9 +371,10 @@ class Worker:
 
 
 def _child(config: dict[str, Any], results: Any) -> None:
-    """Entry point of a worker process: one thread of work, stopped by its parent's SIGTERM.
+    """Entry point of a worker process: one thread of work, driven by its parent's signals.
 
-    SIGINT is ignored: a Ctrl-C reaches the whole process group, and the parent forwards it.
+    SIGTERM stops it and CHILD_ABORT aborts it. SIGINT is ignored: a Ctrl-C reaches the whole
+    process group, and the parent forwards it.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
@@ -370,4 +383,5 @@ def _child(config: dict[str, Any], results: Any) -> None:
     )
     queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.pop("queues")]
     worker = Worker(queues=queues, **config)
+    signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())
     results.put(worker.run(signals=(signal.SIGTERM,)))

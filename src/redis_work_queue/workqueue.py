@@ -507,7 +507,7 @@ def one_call(db: object, queues: Sequence[QueueBase]) -> bool:
     """Whether ``queues`` can be leased from in one script call on ``db``."""
     if not cluster.is_cluster(db):
         return True
-    return cluster.same_slot([key for q in queues for key in q.keys.script_keys])
+    return cluster.same_slot([key for q in queues for key in q.ops.slot_keys])
 
 
 def lease_from_steps(

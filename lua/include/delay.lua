@@ -1,0 +1,52 @@
+-- delay: delayed items. A delayed item is in P:delayed and keeps a lease key whose value is
+-- DELAY_TOKEN until a minute after it is due, so that a cleaner of another implementation (which
+-- requeues unleased items that are in neither list) leaves it alone.
+local DELAY_TOKEN = 'delayed'
+local DELAY_GRACE_MS = 60000
+
+-- Hold an item back until due (ms). When it falls due before any other delayed item and a worker
+-- is blocked on the queue, that worker is woken so that it waits for the new due time: an empty
+-- id (never an item's id, so every client drops it when met) is pushed onto the main queue for a
+-- worker blocked on this queue alone, and a token onto the wake list.
+local function schedule(q, id, due, now)
+  local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', q.delayed, due, id)
+  redis.call('SET', q.lease .. id, DELAY_TOKEN, 'PX', math.max(due - now, 1) + DELAY_GRACE_MS)
+  if (not head[2] or tonumber(head[2]) > due) and redis.call('EXISTS', q.waiting) == 1 then
+    redis.call('LPUSH', q.queue, '')
+    wake(q)
+  end
+end
+
+-- Move up to budget due items, soonest first, to the leasing end of the main queue; returns how
+-- many were due. An item whose delay lease lapsed (nothing promoted it for a minute after it was
+-- due) is queued too, unless a cleaner of another implementation queued it meanwhile (or a worker
+-- leased it: then it has a lease again).
+local function promote(q, now, budget)
+  local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', 0, budget)
+  for i = #due, 1, -1 do
+    local id = due[i]
+    redis.call('ZREM', q.delayed, id)
+    local lease = q.lease .. id
+    local held = redis.call('GET', lease)
+    if held == DELAY_TOKEN then
+      redis.call('DEL', lease)
+      held = false
+    elseif not held then
+      held = redis.call('LPOS', q.queue, id) or redis.call('LPOS', q.processing, id)
+    end
+    if not held and redis.call('EXISTS', q.item .. id) == 1 then
+      enqueue(q, id, true)
+    end
+  end
+  return #due
+end
+
+-- Milliseconds until the next delayed item is due, or -1 when none is delayed.
+local function next_due(q, now)
+  local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
+  if head[2] then
+    return math.max(tonumber(head[2]) - now, 0)
+  end
+  return -1
+end

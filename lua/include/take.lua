@@ -1,0 +1,43 @@
+-- take: hand items out, or bury them in the dead-letter store.
+
+-- Move an item to the dead-letter store: its data, delivery count and reason are kept under a key
+-- outside P:item:*, so no cleaner of any implementation brings it back.
+local function bury(q, id, data, deliveries, reason, now)
+  local key = q.dead_item .. id
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'data', data, 'deliveries', deliveries, 'reason', reason or '')
+  redis.call('ZADD', q.dead, now, id)
+  redis.call('DEL', q.item .. id, q.lease .. id)
+  forget(q, id)
+end
+
+-- Hand out an id just taken off the main queue (data: its data key's value, read before the id
+-- was taken, so that a wrong type fails before any write). Returns
+-- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
+-- a stray copy of a leased item, or has been delivered max times (it is then buried). With once,
+-- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the
+-- lease value token@now.
+local function take(q, id, data, ms, token, max, once, now)
+  if not data then
+    forget(q, id)
+    return nil
+  end
+  local lease = q.lease .. id
+  if redis.call('EXISTS', lease) == 1 then
+    return nil
+  end
+  local n = delivered(q, id)
+  if max > 0 and n >= max then
+    bury(q, id, data, n, redis.call('HGET', q.reasons, id), now)
+    return nil
+  end
+  n = n + 1
+  if once then
+    redis.call('DEL', q.item .. id)
+    forget(q, id)
+  else
+    redis.call('HSET', q.deliveries, id, n)
+    redis.call('SET', lease, token .. '@' .. now, 'PX', ms)
+  end
+  return {q.index, id, data, n, now}
+end
