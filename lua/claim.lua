@@ -12,7 +12,6 @@
 -- before the claim leaves an id on the processing list without a lease: the next light clean
 -- requeues it.
 local ms, token, once, id, waiter = arg(1), arg(2), arg(3) == '1', arg(4), arg(5)
-redis.call('HLEN', Q.deliveries)
 if not redis.call('LPOS', Q.processing, id) then
   return 0
 end
@@ -20,7 +19,9 @@ local data = redis.call('GET', Q.item .. id)
 local now = now_ms()
 local taken = take(Q, id, data, ms, token, tonumber(arg(6)), once, now)
 if taken then
-  leave(Q, waiter, now)
+  if waiter ~= '' then
+    leave(Q, waiter, now)
+  end
   if once then
     redis.call('LREM', Q.processing, 1, id)
   end

@@ -1,5 +1,7 @@
 -- complete: mark items as done and remove every trace of them.
 --#include queue.lua
+--#include wake.lua
+--#include delay.lua
 -- arg(1), arg(2), ... item ids
 -- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
 -- item had already been completed (or had expired).
@@ -7,20 +9,18 @@
 -- looked for near the oldest end of the processing list first (completing in lease order), then
 -- from the newest end (short jobs among long ones), so neither pattern scans the whole list.
 local NEAR = 64
-redis.call('LLEN', Q.processing)
-redis.call('HLEN', Q.deliveries)
-redis.call('ZCARD', Q.delayed)
 local done = {}
 for i = NQ + 1, #ARGV do
   local id = ARGV[i]
+  -- The first read of the processing list also fails, before any write, on a key of the wrong
+  -- type.
+  local near = redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR)
   done[#done + 1] = redis.call('DEL', Q.item .. id)
-  if redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.processing, -1, id)
-  else
-    redis.call('LREM', Q.processing, 1, id)
+  redis.call('LREM', Q.processing, near and -1 or 1, id)
+  if redis.call('GET', Q.lease .. id) == DELAY_TOKEN then
+    redis.call('ZREM', Q.delayed, id)
   end
   redis.call('DEL', Q.lease .. id)
-  redis.call('ZREM', Q.delayed, id)
   forget(Q, id)
 end
 return done

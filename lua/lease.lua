@@ -19,11 +19,6 @@ local BUDGET = 100
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
 local count, flag, waiter = tonumber(arg(4)), tonumber(arg(5)), arg(6)
 local budget = BUDGET
-for i = 1, NQ do
-  local q = queue_at(i)
-  redis.call('LLEN', q.processing)
-  redis.call('HLEN', q.deliveries)
-end
 local now = now_ms()
 local out = {}
 for i = 1, NQ do
@@ -36,14 +31,18 @@ for i = 1, NQ do
       break
     end
     local data = redis.call('GET', q.item .. id)
+    if not once then
+      -- Pushed first: a processing key of the wrong type fails before anything is written.
+      redis.call('LPUSH', q.processing, id)
+    end
     redis.call('RPOP', q.queue)
     local taken = take(q, id, data, ms, token, max, once, now)
     if taken then
-      if not once then
-        redis.call('LPUSH', q.processing, id)
-      end
       out[#out + 1] = taken
     else
+      if not once then
+        redis.call('LPOP', q.processing)
+      end
       budget = budget - 1
     end
   end
@@ -51,7 +50,7 @@ for i = 1, NQ do
     break
   end
 end
-if #out > 0 or (flag == 0 and waiter ~= '') then
+if waiter ~= '' and (#out > 0 or flag == 0) then
   for i = 1, NQ do
     leave(queue_at(i), waiter, now)
   end

@@ -9,14 +9,22 @@
 -- and P:wake (list of wake-up tokens for them). Every one of them shares P's hash tag, if any.
 local NQ = #KEYS
 
+-- A queue's key names, each made the first time it is used.
+local NAMES = {
+  processing = ':processing', item = ':item:', lease = ':lease:', deliveries = ':deliveries',
+  reasons = ':reasons', delayed = ':delayed', dead = ':dead', dead_item = ':dead:',
+  waiting = ':waiting', wake = ':wake',
+}
+local LAZY = {
+  __index = function(q, name)
+    local key = q.prefix .. NAMES[name]
+    q[name] = key
+    return key
+  end,
+}
+
 local function queue_at(i)
-  local p = ARGV[i]
-  return {
-    index = i, queue = KEYS[i], processing = p .. ':processing', item = p .. ':item:',
-    lease = p .. ':lease:', deliveries = p .. ':deliveries', reasons = p .. ':reasons',
-    delayed = p .. ':delayed', dead = p .. ':dead', dead_item = p .. ':dead:',
-    waiting = p .. ':waiting', wake = p .. ':wake',
-  }
+  return setmetatable({index = i, queue = KEYS[i], prefix = ARGV[i]}, LAZY)
 end
 
 local Q = queue_at(1)

@@ -23,21 +23,25 @@ local function take(q, id, data, ms, token, max, once, now)
     return nil
   end
   local lease = q.lease .. id
-  if redis.call('EXISTS', lease) == 1 then
+  local n
+  if once then
+    if redis.call('EXISTS', lease) == 1 then
+      return nil
+    end
+    n = delivered(q, id) + 1
+  else
+    if not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
+      return nil
+    end
+    n = redis.call('HINCRBY', q.deliveries, id, 1)
+  end
+  if max > 0 and n > max then
+    bury(q, id, data, n - 1, redis.call('HGET', q.reasons, id), now)
     return nil
   end
-  local n = delivered(q, id)
-  if max > 0 and n >= max then
-    bury(q, id, data, n, redis.call('HGET', q.reasons, id), now)
-    return nil
-  end
-  n = n + 1
   if once then
     redis.call('DEL', q.item .. id)
     forget(q, id)
-  else
-    redis.call('HSET', q.deliveries, id, n)
-    redis.call('SET', lease, token .. '@' .. now, 'PX', ms)
   end
   return {q.index, id, data, n, now}
 end

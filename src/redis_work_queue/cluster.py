@@ -24,9 +24,17 @@ from .errors import CrossSlotError
 _NODE_CLIENTS = "_rwq_node_clients"
 
 
+_CLUSTERS = (RedisCluster, AsyncRedisCluster)
+_known: dict[type, bool] = {}
+
+
 def is_cluster(db: object) -> bool:
     """True for a ``RedisCluster`` client (sync or asyncio)."""
-    return isinstance(db, RedisCluster | AsyncRedisCluster)
+    kind = type(db)
+    found = _known.get(kind)
+    if found is None:
+        found = _known[kind] = issubclass(kind, _CLUSTERS)
+    return found
 
 
 @lru_cache(maxsize=1024)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
+import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -240,8 +240,12 @@ def check_replicas(value: int) -> int:
 
 
 def new_token() -> str:
-    """A fresh, random lease token."""
-    return secrets.token_hex(12)
+    """A fresh lease token: 96 random bits (unique, not secret: it names a lease).
+
+    The ``random`` module reseeds itself in a forked child, so forked workers never share
+    tokens.
+    """
+    return f"{random.getrandbits(96):024x}"
 
 
 def decode(raw: bytes | str) -> str:
@@ -339,6 +343,12 @@ class QueueOps:
         self.script_keys = keys.script_keys
         self.script_args = keys.script_args
         self.slot_keys = keys.fixed()
+        # Ready-made parts of the hot calls.
+        self._add = scripts.load("add")
+        self._complete = scripts.load("complete")
+        self._add_unique = (keys.prefix, "1", 0, 0, 0)
+        self._add_checked = (keys.prefix, "0", 0, 0, 0)
+        self.plan = LeasePlan([self])
 
     def _call(
         self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
@@ -414,6 +424,14 @@ class QueueOps:
         replicas: int | None = None,
     ) -> Steps[bool]:
         """Add one item; True when it was added."""
+        if delay is None and ttl is None and replicas is None and not self.replicas:
+            # The common case, kept short: it is a hot path.
+            item = check_item(item)
+            head = self._add_unique if unique else self._add_checked
+            args = (*head, item.id(), item.data())
+            return bool(
+                (yield ScriptCall(self._add, self.script_keys, args, None, self.slot_keys))[0]
+            )
         try:
             added = yield from self.add([item], unique, delay, ttl, replicas)
         except ReplicationError as err:
@@ -494,6 +512,12 @@ class QueueOps:
 
     def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
         """Complete one item; True for the one call that removed it."""
+        if replicas is None and not self.replicas:
+            item = check_item(item)
+            args = (self.keys.prefix, item.id())
+            return bool(
+                (yield ScriptCall(self._complete, self.script_keys, args, None, self.slot_keys))[0]
+            )
         try:
             done = yield from self.complete([item], replicas)
         except ReplicationError as err:
@@ -708,6 +732,48 @@ def _check_page(start: int, count: int) -> None:
         raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
 
 
+class LeasePlan:
+    """The fixed parts of the lease calls over one list of queues (built once per queue)."""
+
+    __slots__ = ("keys", "limits", "prefix_args", "queues", "slot_keys")
+
+    def __init__(self, queues: Sequence[QueueOps]) -> None:
+        self.queues = tuple(queues)
+        self.keys = tuple(k for q in queues for k in q.script_keys)
+        self.prefix_args = tuple(a for q in queues for a in q.script_args)
+        self.slot_keys = tuple(k for q in queues for k in q.slot_keys)
+        self.limits = tuple(q.max_deliveries for q in queues)
+
+    def lease(
+        self, ms: int, token: str, once: str, want: int, flag_ms: int, who: str
+    ) -> ScriptCall:
+        """The lease script call (see lua/lease.lua)."""
+        args: tuple[scripts.Arg, ...] = (
+            *self.prefix_args,
+            ms,
+            token,
+            once,
+            want,
+            flag_ms,
+            who,
+            *self.limits,
+        )
+        return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
+
+    def claim(self, ms: int, token: str, once: str, moved: bytes, who: str) -> ScriptCall:
+        """The claim script call (see lua/claim.lua); one queue only."""
+        args: tuple[scripts.Arg, ...] = (
+            *self.prefix_args,
+            ms,
+            token,
+            once,
+            moved,
+            who,
+            self.limits[0],
+        )
+        return ScriptCall(scripts.load("claim"), self.keys, args, None, self.slot_keys)
+
+
 def lease_steps(
     queues: Sequence[QueueOps],
     lease_secs: float,
@@ -720,56 +786,44 @@ def lease_steps(
     """Lease up to ``count`` items from ``queues`` in priority order; (queue index, item) pairs.
 
     One queue blocks with BRPOPLPUSH and a claim. Several queues (which must share one script
-    call) block on their wake lists: the lease script, finding nothing, flags the queues as
-    awaited, and every script that pushes onto a flagged queue also pushes a wake-up token. A
-    wake-up carries no item, so a worker that dies while waiting loses nothing. A delayed item
-    that falls due before the others also wakes a waiting worker (see ``schedule`` in
-    ``lua/include/queue.lua``), which then waits for the new due time.
+    call) block on their wake lists: the lease script, finding nothing, registers the worker with
+    the queues, and every script that pushes onto a queue with a registered worker also pushes a
+    wake-up token. A wake-up carries no item, so a worker that dies while waiting loses nothing.
+    A delayed item that falls due before the others also wakes a waiting worker (see
+    ``schedule`` in ``lua/include/delay.lua``), which then waits for the new due time.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if type(count) is not int or count < 1:
         raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
     ms = to_ms(lease_secs, "lease_secs")
+    once = "1" if at_most_once else "0"
+    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+    if not block:
+        token = new_token()
+        while True:
+            reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK), 0, "")
+            if reply != _AGAIN:
+                break
+        if not isinstance(reply, list):
+            return []
+        got = [_leased(row, token, at_most_once) for row in reply]
+        more = len(reply) == min(count, LEASE_CHUNK)
+        return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, more))
     wait_ms = to_ms(timeout, "timeout", minimum=0)
     deadline = time.monotonic() + wait_ms / 1000 if wait_ms else math.inf
-    once = "1" if at_most_once else "0"
-    keys = tuple(k for q in queues for k in q.script_keys)
-    prefix_args = tuple(a for q in queues for a in q.script_args)
-    slot_keys = tuple(k for q in queues for k in q.slot_keys)
-    limits = tuple(q.max_deliveries for q in queues)
-    lease, claim = scripts.load("lease"), scripts.load("claim")
-    single = len(queues) == 1
-    waiter = new_token() if block else ""
-
-    def lease_call(token: str, want: int, flag_ms: int, who: str) -> ScriptCall:
-        args: tuple[scripts.Arg, ...] = (*prefix_args, ms, token, once, want, flag_ms, who, *limits)
-        return ScriptCall(lease, keys, args, None, slot_keys)
-
-    def rest(got: list[tuple[int, Item]]) -> Steps[list[tuple[int, Item]]]:
-        """Take what is left of ``count``, in chunks, without waiting."""
-        while len(got) < count:
-            token = new_token()
-            want = min(count - len(got), LEASE_CHUNK)
-            reply = yield lease_call(token, want, 0, "")
-            if reply == _AGAIN:
-                continue
-            if not isinstance(reply, list):
-                break
-            got += (_leased(row, token, at_most_once) for row in reply)
-            if len(reply) < want:
-                break
-        return got
-
+    waiter = new_token()
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
         slice_secs = max(min(remaining, max_block), 0.001)
-        flag_ms = round(slice_secs * 1000) + 1000 if block and remaining > 0.001 else 0
-        reply = yield lease_call(token, min(count, LEASE_CHUNK), flag_ms, waiter)
+        flag_ms = round(slice_secs * 1000) + 1000 if remaining > 0.001 else 0
+        reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK), flag_ms, waiter)
         if isinstance(reply, list):
-            return (yield from rest([_leased(row, token, at_most_once) for row in reply]))
+            got = [_leased(row, token, at_most_once) for row in reply]
+            more = len(reply) == min(count, LEASE_CHUNK)
+            return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, more))
         if reply == _AGAIN:
             continue
-        if not block or remaining <= 0.001:
+        if remaining <= 0.001:
             return []
         if reply >= 0:
             # A delayed item falls due: block until one tick before, then sleep to it.
@@ -779,23 +833,44 @@ def lease_steps(
                 continue
             slice_secs = min(slice_secs, due - TICK_SECS)
         wait = round(max(slice_secs, 0.001), 3)
-        if not single:
+        if len(queues) > 1:
             yield Command(("BLPOP", *(q.keys.wake for q in queues), wait))
             continue
-        queue = queues[0]
-        moved = yield Command(("BRPOPLPUSH", queue.keys.queue, queue.keys.processing, wait))
+        keys = queues[0].keys
+        moved = yield Command(("BRPOPLPUSH", keys.queue, keys.processing, wait))
         if moved is None:
             continue
-        claimed = (*prefix_args, ms, token, once, moved, waiter, limits[0])
-        reply = yield ScriptCall(claim, keys, claimed, None, slot_keys)
+        reply = yield plan.claim(ms, token, once, moved, waiter)
         if isinstance(reply, list):
             # What woke us may have brought more: take it too, without waiting.
-            return (yield from rest([_leased(row, token, at_most_once) for row in reply]))
+            got = [_leased(row, token, at_most_once) for row in reply]
+            return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, True))
+
+
+def _lease_rest(
+    plan: LeasePlan,
+    ms: int,
+    once: str,
+    at_most_once: bool,
+    count: int,
+    got: list[tuple[int, Item]],
+    more: bool,
+) -> Steps[list[tuple[int, Item]]]:
+    """Take what is left of ``count``, in chunks, without waiting (if there may be ``more``)."""
+    while more and len(got) < count:
+        want = min(count - len(got), LEASE_CHUNK)
+        token = new_token()
+        reply = yield plan.lease(ms, token, once, want, 0, "")
+        if reply == _AGAIN:
+            continue
+        if not isinstance(reply, list):
+            break
+        got += (_leased(row, token, at_most_once) for row in reply)
+        more = len(reply) == want
+    return got
 
 
 def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:
     index, raw_id, data, deliveries, leased_at = row
-    item = Item(data, id=decode(raw_id))
-    item.deliveries = int(deliveries)
-    item.lease_token = None if at_most_once else f"{token}@{int(leased_at)}"
-    return int(index) - 1, item
+    lease_token = None if at_most_once else f"{token}@{leased_at}"
+    return index - 1, Item.handed_out(decode(raw_id), data, deliveries, lease_token)

@@ -126,8 +126,13 @@ class Script:
             pipeline.execute_command("EVAL", self.script, *params, **{NEVER_DECODE: True})
 
     @staticmethod
-    def _params(keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:
-        return (len(keys), *(encode_arg(k) for k in keys), *(encode_arg(a) for a in args))
+    def _params(keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
+        # Text is encoded here (surrogateescape: ids read back from Redis round-trip as bytes).
+        return [
+            len(keys),
+            *[k.encode("utf-8", "surrogateescape") for k in keys],
+            *[a.encode("utf-8", "surrogateescape") if type(a) is str else a for a in args],
+        ]
 
     def __repr__(self) -> str:
         return f"Script({self.name!r}, sha={self.sha[:12]})"
