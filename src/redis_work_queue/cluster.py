@@ -8,6 +8,7 @@ write on the same connection (a pipeline on a client of that node).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from functools import lru_cache
@@ -86,3 +87,16 @@ def node_client(db: Any, key: str) -> Any:
         found = kind(host=node.host, port=node.port, **kwargs)
         clients[(node.host, node.port)] = found
     return found
+
+
+def forget_nodes(db: Any) -> None:
+    """Drop the cached node clients of ``db`` (after a failover or a slot move).
+
+    Synchronous clients are closed; asyncio ones are left to be collected.
+    """
+    clients: dict[tuple[str, int], Any] = db.__dict__.get(_NODE_CLIENTS, {})
+    for client in clients.values():
+        if isinstance(client, redis.Redis):
+            with contextlib.suppress(redis.RedisError, OSError):  # the node may be gone
+                client.close()
+    clients.clear()

@@ -14,7 +14,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TimeoutError
 
 from . import cluster, scripts
 
@@ -63,6 +63,68 @@ Call = ScriptCall | Command | Sleep
 Steps = Generator[Call, Any, T]
 
 
+def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
+    """Run a script then WAIT on the same connection (one pipeline).
+
+    On Redis Cluster the pipeline goes to a client of the node that owns the slot. A MOVED or
+    ASK reply (the slot moved, or a failover promoted a replica) refreshes the slot map and
+    retries once: the script did not run. A connection error refreshes it too, then propagates:
+    whether the script ran is unknown.
+    """
+    assert call.wait is not None
+    for attempt in (1, 2):
+        node = cluster.node_client(db, call.keys[0]) if clustered else db
+        pipe = node.pipeline(transaction=False)
+        call.script.queue_on(pipe, call.keys, call.args)
+        pipe.execute_command("WAIT", *call.wait)
+        try:
+            reply, acked = pipe.execute()
+        except (MovedError, AskError):
+            if not clustered or attempt == 2:
+                raise
+            cluster.forget_nodes(db)
+            db.nodes_manager.initialize()
+            continue
+        except (ConnectionError, TimeoutError):
+            if clustered:
+                cluster.forget_nodes(db)
+                db.nodes_manager.initialize()
+            raise
+        except ResponseError as err:
+            raise scripts.translate_error(err) from err
+        return reply, int(acked)
+    raise AssertionError("unreachable")
+
+
+async def _awith_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
+    """Asynchronous :func:`_with_wait`."""
+    assert call.wait is not None
+    if clustered:
+        await db.initialize()
+    for attempt in (1, 2):
+        node = cluster.node_client(db, call.keys[0]) if clustered else db
+        async with node.pipeline(transaction=False) as pipe:
+            call.script.queue_on(pipe, call.keys, call.args)
+            pipe.execute_command("WAIT", *call.wait)
+            try:
+                reply, acked = await pipe.execute()
+            except (MovedError, AskError):
+                if not clustered or attempt == 2:
+                    raise
+                cluster.forget_nodes(db)
+                await db.nodes_manager.initialize()
+                continue
+            except (ConnectionError, TimeoutError):
+                if clustered:
+                    cluster.forget_nodes(db)
+                    await db.nodes_manager.initialize()
+                raise
+            except ResponseError as err:
+                raise scripts.translate_error(err) from err
+        return reply, int(acked)
+    raise AssertionError("unreachable")
+
+
 def execute(db: Any, call: Call) -> Any:
     """Send one call on a synchronous client and return its reply."""
     if isinstance(call, ScriptCall):
@@ -71,15 +133,7 @@ def execute(db: Any, call: Call) -> Any:
             cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
             return call.script(db, call.keys, call.args)
-        node = cluster.node_client(db, call.keys[0]) if clustered else db
-        pipe = node.pipeline(transaction=False)
-        call.script.queue_on(pipe, call.keys, call.args)
-        pipe.execute_command("WAIT", *call.wait)
-        try:
-            reply, acked = pipe.execute()
-        except ResponseError as err:
-            raise scripts.translate_error(err) from err
-        return reply, int(acked)
+        return _with_wait(db, call, clustered)
     if isinstance(call, Sleep):
         time.sleep(call.seconds)
         return None
@@ -108,15 +162,7 @@ async def aexecute(db: Any, call: Call) -> Any:
             cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
             return await call.script.acall(db, call.keys, call.args)
-        node = cluster.node_client(db, call.keys[0]) if clustered else db
-        async with node.pipeline(transaction=False) as pipe:
-            call.script.queue_on(pipe, call.keys, call.args)
-            pipe.execute_command("WAIT", *call.wait)
-            try:
-                reply, acked = await pipe.execute()
-            except ResponseError as err:
-                raise scripts.translate_error(err) from err
-        return reply, int(acked)
+        return await _awith_wait(db, call, clustered)
     if isinstance(call, Sleep):
         await asyncio.sleep(call.seconds)
         return None
