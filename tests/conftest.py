@@ -22,6 +22,8 @@ import fakeredis
 import pytest
 import redis
 
+from redis_work_queue import WorkQueue
+
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     # Spawned worker processes import ``workers`` by name; the parent needs it too.
@@ -284,3 +286,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         flavours = {params.get("backend"), params.get("bytes_backend")}
         if names & real_fixtures or flavours & set(REAL_FLAVOURS):
             item.add_marker(pytest.mark.real_redis)
+
+
+@pytest.fixture(params=["sync", "asyncio"])
+def queue_kind(request: pytest.FixtureRequest) -> Callable[..., WorkQueue]:
+    """Make queues of either API: WorkQueue, or AsyncWorkQueue behind a blocking bridge.
+
+    Test files whose ``queue`` fixture uses it run every case on both APIs.
+    """
+    if request.param == "sync":
+        return WorkQueue
+    from async_bridge import BlockingAsyncQueue  # noqa: PLC0415 (only when needed)
+
+    return BlockingAsyncQueue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -15,8 +16,8 @@ QUEUE = KeyPrefix("add")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_add_item_stores_data_then_queues_id(db: redis.Redis, queue: WorkQueue) -> None:

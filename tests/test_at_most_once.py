@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(KeyPrefix(P))
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(KeyPrefix(P))
 
 
 def never_again(db: redis.Redis, queue: WorkQueue) -> None:

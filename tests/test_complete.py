@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -15,8 +16,8 @@ QUEUE = KeyPrefix("done")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_complete_leased_item_removes_every_trace(db: redis.Redis, queue: WorkQueue) -> None:

@@ -6,6 +6,7 @@ Its behaviour next to live worker processes and other cleaners is in test_proces
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,8 +21,13 @@ QUEUE = KeyPrefix("dc")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
+def sync_queue() -> WorkQueue:
     return WorkQueue(QUEUE)
+
+
+@pytest.fixture
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_empty(db: redis.Redis, queue: WorkQueue) -> None:
@@ -91,8 +97,9 @@ def test_repeated_deep_cleans_do_not_duplicate(db: redis.Redis, queue: WorkQueue
 
 
 def test_deep_clean_sends_no_keys_command(
-    db: redis.Redis, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    db: redis.Redis, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    queue = sync_queue  # spies on the synchronous driver
     db.mset({f"dc:item:{i}": b"" for i in range(30)})
     queue.add_item(db, Item(b"", id="queued"))
     sent: list[str] = []
@@ -166,10 +173,11 @@ def _before_recheck(db: redis.Redis, monkeypatch: pytest.MonkeyPatch, action: An
 
 
 def test_recheck_sees_another_deep_clean(
-    backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another deep clean requeues the lost items between this one's snapshot and re-check:
     they must not be queued a second time."""
+    queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
     db.mset({f"dc:item:{i}": b"" for i in range(5)})
@@ -181,11 +189,12 @@ def test_recheck_sees_another_deep_clean(
 
 
 def test_recheck_sees_a_move_to_processing(
-    backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between snapshot and re-check the lost item is requeued by another cleaner and moved to
     the processing list by a worker that has not claimed it yet: it must not be pushed back
     onto the main queue (it would be both queued and on the processing list)."""
+    queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
     db.set("dc:item:m", b"")
@@ -202,10 +211,11 @@ def test_recheck_sees_a_move_to_processing(
 
 
 def test_recheck_sees_a_lease(
-    backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between snapshot and re-check the lost item is requeued and leased; its processing
     entry is then lost too. The deep clean must not requeue a leased item."""
+    queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
     db.set("dc:item:l", b"")

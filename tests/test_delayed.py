@@ -22,8 +22,8 @@ QUEUE = KeyPrefix("delayed")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def due_ms(db: redis.Redis, queue: WorkQueue, item_id: str) -> int:

@@ -25,8 +25,8 @@ QUEUE = KeyPrefix("err")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 @pytest.fixture

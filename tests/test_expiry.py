@@ -5,6 +5,7 @@ it leaves behind are dropped when met."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,8 +21,8 @@ PAST_TTL = TTL + 0.04
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_item_expires_and_its_id_is_dropped_when_met(

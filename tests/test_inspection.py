@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,8 +27,8 @@ QUEUE = KeyPrefix("insp")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def _add(db: redis.Redis, queue: WorkQueue, n: int) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,8 +20,13 @@ QUEUE = KeyPrefix("lease")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
+def sync_queue() -> WorkQueue:
     return WorkQueue(QUEUE)
+
+
+@pytest.fixture
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_non_blocking_lease_on_empty_queue(db: redis.Redis, queue: WorkQueue) -> None:
@@ -241,11 +247,12 @@ def _intercept_move(
 
 
 def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
-    backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between the worker's move and its claim, a light clean requeues the unleased id. The
     claim must not lease it (it is no longer on the processing list); lease() retries and
     leases it properly from the queue, so it ends up leased once, listed once."""
+    queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
     reports = []
@@ -267,12 +274,13 @@ def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
 
 
 def test_claim_does_not_unlist_an_item_another_worker_leased(
-    real_backend: Backend, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+    real_backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between worker A's move and its claim, a cleaner requeues the id and worker B leases
     it. A's claim fails (the item is B's), but it must not remove B's entry from the
     processing list: a leased item must stay on the processing list, or, if B dies, no light
     clean can ever recover it (only a deep clean would)."""
+    queue = sync_queue  # spies on the synchronous driver
     db = real_backend.client()
     other = real_backend.client()
     held: dict[str, Any] = {}

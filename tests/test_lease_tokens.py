@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,8 +28,8 @@ EXPIRED = 0.12  # long enough for a SHORT lease to be gone
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(KeyPrefix(P))
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(KeyPrefix(P))
 
 
 def lease_now(db: redis.Redis, queue: WorkQueue, lease_secs: float = 30) -> Item:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -19,8 +20,8 @@ P = "ctx"
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(KeyPrefix(P))
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(KeyPrefix(P))
 
 
 class Boom(Exception):

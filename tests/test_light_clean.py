@@ -17,8 +17,8 @@ QUEUE = KeyPrefix("lc")
 
 
 @pytest.fixture
-def queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
+def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    return queue_kind(QUEUE)
 
 
 def test_empty(db: redis.Redis, queue: WorkQueue) -> None:
