@@ -89,3 +89,36 @@ def test_every_key_shares_the_hash_slot(db: redis.Redis, prefix: str) -> None:
     assert set(slots.values()) == {expected_slot}, slots
     for key in seen:
         assert key.startswith(prefix.encode())
+
+
+NAMES_SCRIPT = """--#include queue.lua
+local q = queue_at(1)
+return {q.queue, q.processing, q.item .. 'x', q.lease .. 'x', q.deliveries, q.reasons,
+  q.delayed, q.dead, q.dead_item .. 'x', q.waiting, q.wake}
+"""
+
+
+@pytest.mark.parametrize("prefix", ["jobs", "{tag}:jobs", "a*b?[c]", "é: x"])
+def test_lua_names_the_keys_as_queue_keys_does(bytes_db: redis.Redis, prefix: str) -> None:
+    """The scripts name a queue's keys from its prefix (lua/include/queue.lua); keyprefix.py
+    names them for Python. Both must agree."""
+    from redis_work_queue import scripts  # noqa: PLC0415
+
+    lua = scripts._lua_dir()
+    script = scripts.Script("names", scripts._expand(NAMES_SCRIPT, lua / "include"))
+    keys = QueueKeys(KeyPrefix(prefix))
+    reply = script(bytes_db, keys.script_keys, keys.script_args)
+    expected = [
+        keys.queue,
+        keys.processing,
+        keys.item("x"),
+        keys.lease("x"),
+        keys.deliveries,
+        keys.reasons,
+        keys.delayed,
+        keys.dead,
+        keys.dead_item("x"),
+        keys.waiting,
+        keys.wake,
+    ]
+    assert [bytes(r).decode() for r in reply] == expected

@@ -36,13 +36,6 @@ def _expand(text: str, include_dir: Path) -> str:
     return _INCLUDE.sub(lambda m: (include_dir / m["name"]).read_text("utf-8").rstrip(), text)
 
 
-def encode_arg(value: Arg) -> bytes | int | float:
-    """Encode one script argument; text is UTF-8, lone surrogates pass through unchanged."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape")
-    return value
-
-
 def raw_command(client: Any, *args: Arg, **options: Any) -> Any:
     """Send one command whose reply must not be decoded (ids and data are bytes).
 
