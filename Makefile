@@ -11,14 +11,15 @@ $(BIN)/python:
 	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install $(PIP_QUIET) -e '.[dev,embedded]'
+	$(BIN)/pip install $(PIP_QUIET) -e '.[dev,embedded,prometheus,spark]'
 	touch $@
 
 ## demo: producer + worker processes + cleaner (embedded server unless REDIS_URL is set)
 demo: $(VENV)/.installed
 	$(BIN)/rwq demo
 
-## test: the whole suite, on redis-server processes it starts itself (and on fakeredis)
+## test: the whole suite, on redis-server processes it starts itself (and on fakeredis);
+## the Spark tests need Java 17 (PYTEST_ARGS='-m "not spark"' leaves them out)
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
