@@ -18,10 +18,9 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from .aio import AsyncWorkQueue, lease_from
-from .errors import InvalidArgumentError
 from .item import Item
 from .protocol import arun
-from .worker import WorkerStats, backoff_delay
+from .worker import WorkerStats, backoff_delay, check_options
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +57,16 @@ class AsyncWorker:
         max_backoff: float = 300.0,
         poll_secs: float = 1.0,
     ) -> None:
-        if not queues or not all(isinstance(q, AsyncWorkQueue) for q in queues):
-            raise InvalidArgumentError("an async worker needs one or more AsyncWorkQueue")
-        if not callable(handler):
-            raise InvalidArgumentError("the handler must be callable")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidArgumentError(f"concurrency must be a positive int, got {concurrency!r}")
-        for name, value in (("lease_secs", lease_secs), ("poll_secs", poll_secs)):
-            if not isinstance(value, int | float) or not value > 0:
-                raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
-        if not isinstance(backoff, int | float) or backoff < 0 or max_backoff < backoff:
-            raise InvalidArgumentError("need 0 <= backoff <= max_backoff")
+        check_options(
+            queues,
+            AsyncWorkQueue,
+            handler,
+            concurrency,
+            lease_secs,
+            poll_secs,
+            backoff,
+            max_backoff,
+        )
         self.db = aredis.Redis.from_url(db) if isinstance(db, str) else db
         self.queues = list(queues)
         self.handler = handler

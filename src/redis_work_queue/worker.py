@@ -67,6 +67,34 @@ def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
     return delay * (1 + random.random() / 10) if delay else 0.0
 
 
+def check_options(
+    queues: Sequence[object],
+    kind: type,
+    handler: object,
+    concurrency: int,
+    lease_secs: float,
+    poll_secs: float,
+    backoff: float,
+    max_backoff: float,
+) -> None:
+    """Validate the options every worker runner takes.
+
+    Raises:
+        InvalidArgumentError: One is out of range.
+    """
+    if not queues or not all(isinstance(q, kind) for q in queues):
+        raise InvalidArgumentError(f"a worker needs one or more {kind.__name__}")
+    if not callable(handler):
+        raise InvalidArgumentError("the handler must be callable")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidArgumentError(f"concurrency must be a positive int, got {concurrency!r}")
+    for name, value in (("lease_secs", lease_secs), ("poll_secs", poll_secs)):
+        if not isinstance(value, int | float) or not value > 0:
+            raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
+    if not isinstance(backoff, int | float) or backoff < 0 or max_backoff < backoff:
+        raise InvalidArgumentError("need 0 <= backoff <= max_backoff")
+
+
 def load_handler(spec: str) -> Handler:
     """Import a handler named ``"package.module:function"``.
 
@@ -172,19 +200,11 @@ class Worker:
         max_backoff: float = 300.0,
         poll_secs: float = 1.0,
     ) -> None:
-        if not queues or not all(isinstance(q, WorkQueue) for q in queues):
-            raise InvalidArgumentError("a worker needs one or more WorkQueue")
-        if not callable(handler):
-            raise InvalidArgumentError("the handler must be callable")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidArgumentError(f"concurrency must be a positive int, got {concurrency!r}")
+        check_options(
+            queues, WorkQueue, handler, concurrency, lease_secs, poll_secs, backoff, max_backoff
+        )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")
-        for name, value in (("lease_secs", lease_secs), ("poll_secs", poll_secs)):
-            if not isinstance(value, int | float) or not value > 0:
-                raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
-        if not isinstance(backoff, int | float) or backoff < 0 or max_backoff < backoff:
-            raise InvalidArgumentError("need 0 <= backoff <= max_backoff")
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
