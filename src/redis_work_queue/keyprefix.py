@@ -63,7 +63,8 @@ class QueueKeys:
     its last failure reason in ``<prefix>:reasons`` (hashes, id -> value), delayed items in
     ``<prefix>:delayed`` (sorted set, id -> due time in ms) and dead letters in ``<prefix>:dead``
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
-    hash ``<prefix>:dead:<id>``. ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake``
+    hash ``<prefix>:dead:<id>``. The Spark data source keeps its records under
+    ``<prefix>:spark:``. ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake``
     (a short list) wake workers that block on several queues at once.
     """
 
@@ -80,6 +81,8 @@ class QueueKeys:
         "reasons",
         "script_args",
         "script_keys",
+        "spark_prefix",
+        "spark_write",
         "waiting",
         "wake",
     )
@@ -97,6 +100,8 @@ class QueueKeys:
         self.delayed = prefix.of(":delayed")
         self.waiting = prefix.of(":waiting")
         self.wake = prefix.of(":wake")
+        self.spark_prefix = prefix.of(":spark:")
+        self.spark_write = self.spark_prefix + "write"
         #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
         #: name the other keys from the prefix, as above (see lua/include/queue.lua).
         self.script_keys = (self.queue,)
@@ -114,15 +119,21 @@ class QueueKeys:
         """The key of ``item_id``'s dead letter."""
         return self.dead_prefix + item_id
 
+    def spark_batch(self, batch: str) -> str:
+        """The record of the items a Spark streaming read leased for one micro-batch."""
+        return f"{self.spark_prefix}batch:{batch}"
+
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""
         return glob_escape(self.item_prefix) + "*"
 
     def patterns(self) -> tuple[str, ...]:
-        """SCAN MATCH patterns for every per-item key of the queue (data, leases, dead letters)."""
-        return tuple(
-            glob_escape(p) + "*" for p in (self.item_prefix, self.lease_prefix, self.dead_prefix)
-        )
+        """SCAN MATCH patterns for the queue's keys that are not fixed, prefix glob-escaped.
+
+        They cover item data, leases, dead letters and the Spark data source's records.
+        """
+        prefixes = (self.item_prefix, self.lease_prefix, self.dead_prefix, self.spark_prefix)
+        return tuple(glob_escape(p) + "*" for p in prefixes)
 
     def fixed(self) -> tuple[str, ...]:
         """Every key of the queue that is not per item."""

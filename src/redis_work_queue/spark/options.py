@@ -1,0 +1,281 @@
+"""The options of the data source, checked once, and the keys it keeps beside a queue.
+
+Spark hands options over as strings, with case-insensitive names. Each reader and writer turns
+them into one of the frozen dataclasses below when it is created on the driver, so a bad option
+fails the query before any task runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import InvalidArgumentError
+from ..keyprefix import KeyPrefix, QueueKeys
+from ..workqueue import WorkQueue
+
+#: Every column the reader can produce, and its Spark type.
+COLUMNS = {
+    "id": "string",
+    "data": "binary",
+    "state": "string",
+    "deliveries": "int",
+    "lease_left": "double",
+    "reason": "string",
+}
+#: The DDL schema of a read.
+SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+
+#: How long the report of the last write and the record of a leased batch are kept (seconds).
+KEEP_SECS = 7 * 24 * 3600
+
+
+def report_key(queue: str) -> str:
+    """The hash where writes to ``queue`` leave the totals of their last commit."""
+    return QueueKeys(KeyPrefix(queue)).spark_write
+
+
+def batch_key(queue: str, batch: str) -> str:
+    """The record of the items a streaming read leased from ``queue`` for one micro-batch."""
+    return QueueKeys(KeyPrefix(queue)).spark_batch(batch)
+
+
+class Options:
+    """Typed access to Spark's string options (names are case-insensitive).
+
+    Args:
+        options: The options as Spark passes them.
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        """The option ``name`` as given, or ``default``."""
+        return self._options.get(name.lower(), default)
+
+    def required(self, name: str) -> str:
+        """The option ``name``, which must be given and not empty.
+
+        Raises:
+            InvalidArgumentError: It is missing or empty.
+        """
+        value = self.text(name)
+        if not value:
+            raise InvalidArgumentError(f"the option {name!r} is required")
+        return value
+
+    def optional_number(self, name: str, minimum: float = 0) -> float | None:
+        """The option ``name`` as a finite number of at least ``minimum``; None when not given.
+
+        Raises:
+            InvalidArgumentError: It is not such a number.
+        """
+        value = self.text(name)
+        if value is None or value == "":
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"the option {name!r} must be a number, not {value!r}"
+            ) from None
+        if not math.isfinite(number) or number < minimum:
+            raise InvalidArgumentError(f"the option {name!r} must be at least {minimum}")
+        return number
+
+    def number(self, name: str, default: float, minimum: float = 0) -> float:
+        """The option ``name`` as a finite number of at least ``minimum``, or ``default``.
+
+        Raises:
+            InvalidArgumentError: It is not such a number.
+        """
+        value = self.optional_number(name, minimum)
+        return default if value is None else value
+
+    def optional_integer(self, name: str, minimum: int = 1) -> int | None:
+        """The option ``name`` as an int of at least ``minimum``; None when not given.
+
+        Raises:
+            InvalidArgumentError: It is not such an int.
+        """
+        value = self.text(name)
+        if value is None or value == "":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"the option {name!r} must be an integer, not {value!r}"
+            ) from None
+        if number < minimum:
+            raise InvalidArgumentError(f"the option {name!r} must be at least {minimum}")
+        return number
+
+    def integer(self, name: str, default: int, minimum: int = 1) -> int:
+        """The option ``name`` as an int of at least ``minimum``, or ``default``.
+
+        Raises:
+            InvalidArgumentError: It is not such an int.
+        """
+        value = self.optional_integer(name, minimum)
+        return default if value is None else value
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """Where the queue is.
+
+    Attributes:
+        url: The Redis URL (``url`` option, else the ``REDIS_URL`` environment variable of the
+            driver), opened with ``redis.Redis.from_url`` in every task.
+        queue: The queue's key prefix (``queue`` option).
+        max_deliveries: The queue's delivery limit (``maxDeliveries``), or None.
+    """
+
+    url: str
+    queue: str
+    max_deliveries: int | None
+
+    @classmethod
+    def parse(cls, options: Options) -> QueueOptions:
+        """Read the options shared by reads and writes.
+
+        Raises:
+            InvalidArgumentError: No URL, no queue, or a bad ``maxDeliveries``.
+        """
+        url = options.text("url") or os.environ.get("REDIS_URL")
+        if not url:
+            raise InvalidArgumentError("give the Redis URL with the option 'url' (or REDIS_URL)")
+        return cls(url, options.required("queue"), options.optional_integer("maxDeliveries"))
+
+    def work_queue(self) -> WorkQueue:
+        """The queue these options name."""
+        return WorkQueue(KeyPrefix(self.queue), max_deliveries=self.max_deliveries)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How rows become items.
+
+    Attributes:
+        where: The queue.
+        id_column: The column whose value is each item's id (``idColumn``); None gives every
+            row a fresh UUIDv7 id.
+        data_column: The column holding each item's data (``dataColumn``); None makes the whole
+            row, as compact JSON, the data.
+        delay: Seconds each item is held back (``delaySeconds``), or None.
+        ttl: Seconds each item lives (``ttlSeconds``), or None.
+        chunk_size: Rows per add (``chunkSize``); one script call per 500 items at most.
+        report_key: The hash that receives the totals of each commit (``reportKey``; the empty
+            string turns the report off).
+    """
+
+    where: QueueOptions
+    id_column: str | None
+    data_column: str | None
+    delay: float | None
+    ttl: float | None
+    chunk_size: int
+    report_key: str | None
+
+    @classmethod
+    def parse(cls, options: Options) -> WriteOptions:
+        """Read the options of a write.
+
+        Raises:
+            InvalidArgumentError: An option is missing or out of range.
+        """
+        where = QueueOptions.parse(options)
+        ttl = options.optional_number("ttlSeconds", minimum=0.001)
+        report = options.text("reportKey")
+        return cls(
+            where=where,
+            id_column=options.text("idColumn") or None,
+            data_column=options.text("dataColumn") or None,
+            delay=options.optional_number("delaySeconds"),
+            ttl=ttl,
+            chunk_size=options.integer("chunkSize", 500),
+            report_key=report_key(where.queue) if report is None else (report or None),
+        )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a snapshot is read.
+
+    Attributes:
+        where: The queue.
+        partition_size: Entries of a list or set per Spark partition (``partitionSize``).
+        chunk_size: Entries per script call (``chunkSize``).
+        chunk_bytes: Most bytes of data per script call (``chunkBytes``).
+    """
+
+    where: QueueOptions
+    partition_size: int
+    chunk_size: int
+    chunk_bytes: int
+
+    @classmethod
+    def parse(cls, options: Options) -> ReadOptions:
+        """Read the options of a batch read.
+
+        Raises:
+            InvalidArgumentError: An option is missing or out of range.
+        """
+        return cls(
+            where=QueueOptions.parse(options),
+            partition_size=options.integer("partitionSize", 10_000),
+            chunk_size=options.integer("chunkSize", 500),
+            chunk_bytes=options.integer("chunkBytes", 4 << 20),
+        )
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a streaming read leases.
+
+    Attributes:
+        where: The queue.
+        max_items: Most items leased per micro-batch (``maxItemsPerBatch``).
+        lease_secs: Length of each lease (``leaseSeconds``); renewed while the batch runs.
+        renew_secs: Seconds between renewals (``renewSeconds``; a third of the lease).
+        clean_secs: Seconds between light cleans run by the query (``cleanSeconds``; the lease
+            length by default; 0 never cleans).
+        partitions: Spark partitions per micro-batch (``numPartitions``).
+        chunk_size: Items per script call when tasks fetch data (``chunkSize``).
+        chunk_bytes: Most bytes of data per script call (``chunkBytes``).
+    """
+
+    where: QueueOptions
+    max_items: int
+    lease_secs: float
+    renew_secs: float
+    clean_secs: float
+    partitions: int
+    chunk_size: int
+    chunk_bytes: int
+
+    @classmethod
+    def parse(cls, options: Options) -> StreamOptions:
+        """Read the options of a streaming read.
+
+        Raises:
+            InvalidArgumentError: An option is missing or out of range.
+        """
+        lease = options.number("leaseSeconds", 60.0, minimum=0.01)
+        renew = options.number("renewSeconds", lease / 3, minimum=0.005)
+        if renew >= lease:
+            raise InvalidArgumentError("the option 'renewSeconds' must be below 'leaseSeconds'")
+        return cls(
+            where=QueueOptions.parse(options),
+            max_items=options.integer("maxItemsPerBatch", 1000),
+            lease_secs=lease,
+            renew_secs=renew,
+            clean_secs=options.number("cleanSeconds", lease),
+            partitions=options.integer("numPartitions", 2),
+            chunk_size=options.integer("chunkSize", 500),
+            chunk_bytes=options.integer("chunkBytes", 4 << 20),
+        )

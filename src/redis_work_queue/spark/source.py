@@ -1,0 +1,107 @@
+"""The data source: one class, registered under the short name ``redis-work-queue``."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from ..errors import InvalidArgumentError
+from .options import (
+    COLUMNS,
+    SCHEMA,
+    Options,
+    ReadOptions,
+    StreamOptions,
+    WriteOptions,
+)
+from .reader import SnapshotReader
+from .stream import QueueStreamReader
+from .writer import QueueStreamWriter, QueueWriter
+
+#: The short name of the data source: ``spark.read.format(NAME)``.
+NAME = "redis-work-queue"
+
+
+def columns_of(schema: StructType) -> list[str]:
+    """The columns a read must produce: those of ``schema``, each one the reader knows.
+
+    Raises:
+        InvalidArgumentError: A column is not one the reader produces.
+    """
+    names = list(schema.fieldNames())
+    unknown = [name for name in names if name not in COLUMNS]
+    if unknown:
+        raise InvalidArgumentError(
+            f"this data source reads the columns {list(COLUMNS)}, not {unknown}"
+        )
+    return names
+
+
+class RedisWorkQueueDataSource(DataSource):
+    """Items of a redis-work-queue queue as rows, and rows as items.
+
+    * ``df.write.format(NAME).mode("append")`` adds each row as an item (:mod:`.writer`).
+    * ``df.writeStream.format(NAME)`` does the same for each micro-batch.
+    * ``spark.read.format(NAME).load()`` is a snapshot of the queue (:mod:`.reader`).
+    * ``spark.readStream.format(NAME).load()`` leases items, one lease per micro-batch, and
+      completes them once Spark has written the batch (:mod:`.stream`).
+
+    Every read and write takes the options ``url`` and ``queue`` (the queue's key prefix).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The short name, ``redis-work-queue``."""
+        return NAME
+
+    def schema(self) -> str:
+        """The columns of a read (a read may ask for fewer, with ``.schema(...)``).
+
+        ``id string, data binary, state string, deliveries int, lease_left double,
+        reason string``.
+        """
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> SnapshotReader:
+        """A snapshot read of the queue."""
+        return SnapshotReader(ReadOptions.parse(Options(self.options)), columns_of(schema))
+
+    def streamReader(self, schema: StructType) -> QueueStreamReader:
+        """A streaming read that leases the queue's items."""
+        return QueueStreamReader(StreamOptions.parse(Options(self.options)), columns_of(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> QueueWriter:
+        """A batch write (append only).
+
+        Raises:
+            InvalidArgumentError: The write asks to overwrite.
+        """
+        _append_only(overwrite)
+        return QueueWriter(WriteOptions.parse(Options(self.options)), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> QueueStreamWriter:
+        """A streaming write (append only).
+
+        Raises:
+            InvalidArgumentError: The write asks to overwrite.
+        """
+        _append_only(overwrite)
+        return QueueStreamWriter(WriteOptions.parse(Options(self.options)), schema)
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise InvalidArgumentError(
+            "a queue is only appended to: use mode('append'); WorkQueue.flush empties a queue"
+        )
+
+
+def register(spark: SparkSession) -> None:
+    """Register the data source with ``spark`` under the name ``redis-work-queue``.
+
+    Example:
+        >>> register(spark)  # doctest: +SKIP
+        >>> spark.read.format("redis-work-queue").option("url", url).option("queue", "jobs").load()
+    """
+    spark.dataSource.register(RedisWorkQueueDataSource)

@@ -1,0 +1,619 @@
+"""The Spark data source, on local Spark (one session for the whole run) against real Redis.
+
+Marked ``spark``: ``-m "not spark"`` deselects them where there is no Java. Without PySpark or
+Java they skip, saying why, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from helpers import wait_for
+from redis_work_queue import Item, KeyPrefix, WorkQueue
+from redis_work_queue.ops import QueueStats
+from redis_work_queue.protocol import run
+
+try:
+    from pyspark.java_gateway import ensure_callback_server_started
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import col, udf
+
+    from redis_work_queue.spark import last_write, register
+    from redis_work_queue.spark import stream as spark_stream
+    from redis_work_queue.spark.calls import complete_held
+    from redis_work_queue.spark.options import Options, StreamOptions
+    from redis_work_queue.spark.stream import QueueStreamReader
+except ImportError:  # the tests that need them skip (under CI=true: fail) in require()
+    pass
+
+NAME = "redis-work-queue"
+SPARK_WAIT = 90.0  # seconds a streaming query may take to get somewhere
+
+spark_test = pytest.mark.spark
+
+# py4j's callback server (foreachBatch calls back into this process through it) select()s on its
+# listening socket, which fails for a descriptor number of 1024 or more. Earlier tests of a full
+# run can leave that many descriptors open, so a few low ones are held from collection time and
+# handed to the callback server when the Spark session starts.
+_LOW_FDS = [os.open(os.devnull, os.O_RDONLY) for _ in range(4)]
+
+
+def test_core_does_not_import_spark() -> None:
+    code = (
+        "import sys, redis_work_queue, redis_work_queue.cli, redis_work_queue.worker\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyarrow', 'py4j')"
+        " or m.startswith('redis_work_queue.spark'))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, f"the core imported {done.stdout.strip()} {done.stderr}"
+
+
+# Fixtures ---------------------------------------------------------------------------------------
+
+
+def require(java: bool = True) -> None:
+    """Skip the test when PySpark (or Java) is missing; under CI=true, fail it."""
+    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    java_home = os.environ.get("JAVA_HOME")
+    has_java = shutil.which("java") or (java_home and Path(java_home, "bin", "java").exists())
+    if java and not has_java:
+        missing.append("java")
+    if missing:
+        hint = "a Java runtime" if missing == ["java"] else "pip install 'redis-work-queue[spark]'"
+        why = f"the Spark tests need {', '.join(missing)} ({hint})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{why}; CI runs them", pytrace=False)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The session's one local Spark (2 cores; a failed task is tried once more)."""
+    require()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("redis-work-queue tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    while _LOW_FDS:
+        os.close(_LOW_FDS.pop())
+    ensure_callback_server_started(session.sparkContext._gateway)
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def queue_ids(db: redis.Redis, queue: str) -> list[str]:
+    return [raw.decode() for raw in db.lrange(f"{queue}:queue", 0, -1)]
+
+
+# Batch write ------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_batch_write_lands_every_row_once_and_a_rerun_adds_none(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    df = spark.range(10_000, numPartitions=2).selectExpr("concat('job-', id) AS job_id", "id AS n")
+
+    def write() -> None:
+        (
+            df.write.format(NAME)
+            .mode("append")
+            .option("url", redis_url)
+            .option("queue", "jobs")
+            .option("idColumn", "job_id")
+            .save()
+        )
+
+    write()
+    report = last_write(real_db, "jobs")
+    assert (report.added, report.existing, report.tasks, report.batch_id) == (10_000, 0, 2, None)
+    ids = queue_ids(real_db, "jobs")
+    assert len(ids) == 10_000
+    assert set(ids) == {f"job-{n}" for n in range(10_000)}
+    # No data column: the whole row as compact JSON.
+    assert real_db.get("jobs:item:job-42") == b'{"job_id":"job-42","n":42}'
+
+    write()
+    report = last_write(real_db, "jobs")
+    assert (report.added, report.existing) == (0, 10_000)
+    assert len(queue_ids(real_db, "jobs")) == 10_000
+
+
+@spark_test
+def test_a_task_that_fails_once_and_is_retried_adds_no_duplicate(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "failed-once")
+
+    def job_id(n):  # no type hints: Spark would read them as a pandas UDF's
+        # The first attempt at row 7000 gives it no id, so the writer fails in the middle of
+        # partition 1, after adding that partition's first 2000 rows; the retry gives the id.
+        if n == 7000 and not os.path.exists(marker):
+            Path(marker).touch()
+            return None
+        return f"job-{n}"
+
+    ids = udf(job_id, "string").asNondeterministic()
+    df = spark.range(10_000, numPartitions=2).select(ids("id").alias("job_id"), col("id"))
+    (
+        df.write.format(NAME)
+        .mode("append")
+        .option("url", redis_url)
+        .option("queue", "retry")
+        .option("idColumn", "job_id")
+        .option("chunkSize", 100)
+        .save()
+    )
+    assert os.path.exists(marker), "the injected failure did not happen"
+    report = last_write(real_db, "retry")
+    # The retry found what the failed attempt had added: those rows were not added twice.
+    assert report.existing >= 1000, report
+    assert report.added + report.existing == 10_000
+    queued = queue_ids(real_db, "retry")
+    assert len(queued) == 10_000
+    assert set(queued) == {f"job-{n}" for n in range(10_000)}
+
+
+@spark_test
+def test_write_options_data_column_delay_and_errors(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    rows = [("a", b"\x00\xffbinary"), ("b", b"two")]
+    df = spark.createDataFrame(rows, "key string, payload binary")
+    (
+        df.write.format(NAME)
+        .mode("append")
+        .option("url", redis_url)
+        .option("queue", "opts")
+        .option("idColumn", "key")
+        .option("dataColumn", "payload")
+        .option("delaySeconds", 600)
+        .option("ttlSeconds", 3600)
+        .save()
+    )
+    queue = WorkQueue(KeyPrefix("opts"))
+    stats = queue.stats(real_db)
+    assert (stats.queued, stats.delayed) == (0, 2)
+    assert real_db.get("opts:item:a") == b"\x00\xffbinary"
+    assert 3500_000 < real_db.pttl("opts:item:a") <= 3600_000
+
+    # No id column: fresh ids; a string data column is stored as UTF-8.
+    spark.createDataFrame([("héllo",)], "text string").write.format(NAME).mode("append").option(
+        "url", redis_url
+    ).option("queue", "fresh").option("dataColumn", "text").save()
+    (fresh,) = queue_ids(real_db, "fresh")
+    assert len(fresh) == 32
+    assert real_db.get(f"fresh:item:{fresh}") == "héllo".encode()
+
+    with pytest.raises(Exception, match=r"(?i)overwrite|append"):
+        df.write.format(NAME).mode("overwrite").option("url", redis_url).option(
+            "queue", "opts"
+        ).save()
+    with pytest.raises(Exception, match="idColumn 'nope' is not a column"):
+        df.write.format(NAME).mode("append").option("url", redis_url).option(
+            "queue", "opts"
+        ).option("idColumn", "nope").save()
+    with pytest.raises(Exception, match="'queue' is required"):
+        spark.read.format(NAME).option("url", redis_url).load().collect()
+
+
+# Streaming write --------------------------------------------------------------------------------
+
+
+@spark_test
+def test_streaming_write_from_a_rate_source_lands_every_row(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    checkpoint = str(tmp_path / "checkpoint")
+    for attempt in range(2):  # each availableNow run writes one more micro-batch of 1000 rows
+        query = (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", 1000)
+            .option("numPartitions", 2)
+            .load()
+            .select(col("value").cast("string").alias("id"), col("value"))
+            .writeStream.format(NAME)
+            .option("url", redis_url)
+            .option("queue", "rates")
+            .option("idColumn", "id")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(SPARK_WAIT), "the availableNow query did not end"
+        assert query.exception() is None
+        report = last_write(real_db, "rates")
+        assert (report.batch_id, report.added, report.existing) == (attempt, 1000, 0)
+    ids = queue_ids(real_db, "rates")
+    assert sorted(int(i) for i in ids) == list(range(2000))
+    assert json.loads(real_db.get("rates:item:1999") or b"") == {"id": "1999", "value": 1999}
+
+
+# Batch read -------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_batch_read_agrees_with_inspection_and_stats(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    queue = WorkQueue(KeyPrefix("audit"))
+    once = WorkQueue(KeyPrefix("audit"), max_deliveries=1)
+    queue.add_items(real_db, [Item(f"dead {n}", id=f"d{n}") for n in range(3)])
+    for item in once.lease_many(real_db, 60, 3, block=False):
+        assert once.release(real_db, item, reason="boom")
+    queue.add_items(real_db, [Item(f"again {n}", id=f"r{n}") for n in range(2)])
+    for item in queue.lease_many(real_db, 60, 2, block=False):
+        assert queue.release(real_db, item, reason="retry")
+    queue.add_items(real_db, [Item(f"data {n}", id=f"q{n}") for n in range(40)])
+    leased = queue.lease_many(real_db, 300, 10, block=False)  # r0, r1, q0..q7
+    short = queue.lease_many(real_db, 0.05, 5, block=False)
+    queue.add_items(real_db, [Item(f"later {n}", id=f"t{n}") for n in range(4)], delay=600)
+    time.sleep(0.1)  # the short leases run out: expired, awaiting a light clean
+
+    rows = (
+        spark.read.format(NAME)
+        .option("url", redis_url)
+        .option("queue", "audit")
+        .option("partitionSize", 7)  # several Spark partitions per part
+        .option("chunkSize", 3)
+        .option("chunkBytes", 10)  # and pages cut short by their bytes
+        .load()
+        .collect()
+    )
+    by_state = Counter(row.state for row in rows)
+    stats = queue.stats(real_db)
+    assert by_state == {
+        "queued": stats.queued,
+        "leased": stats.leased,
+        "expired": stats.expired,
+        "delayed": stats.delayed,
+        "dead": stats.dead,
+    }
+    assert dict(by_state) == {"queued": 27, "leased": 10, "expired": 5, "delayed": 4, "dead": 3}
+    seen = {row.id: row for row in rows}
+    assert len(seen) == len(rows)
+
+    peeked = queue.peek(real_db, 0, 100)
+    assert {(p.id, p.data) for p in peeked} == {
+        (r.id, bytes(r.data)) for r in rows if r.state == "queued"
+    }
+    pending = queue.pending(real_db, 0, 100)
+    assert {p.id for p in pending if not p.expired} == {i.id() for i in leased}
+    assert {p.id for p in pending if p.expired} == {i.id() for i in short}
+    for p in pending:
+        row = seen[p.id]
+        assert row.deliveries == p.deliveries
+        if p.lease_left is None:
+            assert row.state == "expired" and row.lease_left is None
+        else:
+            assert row.state == "leased" and abs(row.lease_left - p.lease_left) < 5
+    dead = {d.id: d for d in queue.dead_letters(real_db, 0, 100)}
+    assert {r.id for r in rows if r.state == "dead"} == set(dead)
+    for item_id, letter in dead.items():
+        row = seen[item_id]
+        assert (bytes(row.data), row.deliveries, row.reason) == (letter.data, 1, "boom")
+    delayed = {raw.decode() for raw in real_db.zrange("audit:delayed", 0, -1)}
+    assert {r.id for r in rows if r.state == "delayed"} == delayed == {f"t{n}" for n in range(4)}
+    assert all(r.lease_left is None for r in rows if r.state in ("queued", "delayed", "dead"))
+    # Released items come back with their count and reason; they were leased again here.
+    assert (seen["r0"].deliveries, seen["r0"].reason) == (2, "retry")
+
+    # A read may ask for fewer columns; an empty queue reads as no rows.
+    narrow = (
+        spark.read.format(NAME)
+        .schema("id string, state string")
+        .option("url", redis_url)
+        .option("queue", "audit")
+        .load()
+    )
+    assert narrow.where("state = 'delayed'").count() == 4
+    empty = spark.read.format(NAME).option("url", redis_url).option("queue", "none").load()
+    assert empty.count() == 0
+
+
+# Streaming read ---------------------------------------------------------------------------------
+
+
+class Sink:
+    """A foreachBatch sink that keeps every row it is given, by micro-batch."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[Any]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        rows = frame.collect()
+        with self.lock:
+            self.batches.setdefault(batch_id, []).extend(rows)
+
+    def ids(self) -> list[str]:
+        with self.lock:
+            return [row.id for rows in self.batches.values() for row in rows]
+
+
+def stream(spark: Any, url: str, queue: str, **options: Any) -> Any:
+    reader = spark.readStream.format(NAME).option("url", url).option("queue", queue)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def drained(queue: WorkQueue, db: redis.Redis) -> bool:
+    stats = queue.stats(db)
+    return stats.queued == stats.leased == stats.expired == 0
+
+
+@spark_test
+def test_streaming_read_drains_a_queue_exactly_once(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("drain"))
+    items = [Item(f"payload {n}", id=f"i{n}") for n in range(2000)]
+    queue.add_items(real_db, items)
+    sink = Sink()
+    query = (
+        stream(spark, redis_url, "drain", maxItemsPerBatch=300, numPartitions=2)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        wait_for(
+            lambda: len(sink.ids()) >= 2000 and drained(queue, real_db),
+            timeout=SPARK_WAIT,
+            interval=0.2,
+            what="the query to drain the queue",
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+    counts = Counter(sink.ids())
+    assert set(counts) == {item.id() for item in items}
+    assert set(counts.values()) == {1}, "an item was delivered twice"
+    assert all(len(rows) <= 300 for rows in sink.batches.values())
+    rows = [row for batch in sink.batches.values() for row in batch]
+    assert all(bytes(row.data) == f"payload {row.id[1:]}".encode() for row in rows)
+    assert {(row.deliveries, row.state) for row in rows} == {(1, "leased")}
+    assert not real_db.keys("drain:spark:*"), "batch records were left behind"
+    assert queue.stats(real_db).dead == 0
+
+
+@spark_test
+def test_streaming_read_available_now_drains_what_was_queued_then_ends(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    if spark_stream.SupportsTriggerAvailableNow is object:
+        pytest.skip("Trigger.AvailableNow for Python data sources needs Spark 4.2 or later")
+    queue = WorkQueue(KeyPrefix("now"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"n{n}") for n in range(1000)])
+    sink = Sink()
+
+    def store(frame: Any, batch_id: int) -> None:
+        sink(frame, batch_id)
+        if batch_id == 0:
+            queue.add_item(real_db, Item("late", id="late"))  # after the start: left for later
+
+    query = (
+        spark.readStream.format(NAME)
+        .schema("id string, data binary, deliveries int")
+        .option("url", redis_url)
+        .option("queue", "now")
+        .option("maxItemsPerBatch", 300)
+        .load()
+        .writeStream.foreachBatch(store)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT), "the availableNow query did not end"
+    assert query.exception() is None
+    assert sorted(sink.ids()) == sorted(f"n{n}" for n in range(1000))
+    assert all(len(rows[0]) == 3 for rows in sink.batches.values() if rows)
+    # Its last batch was completed before it ended; the late item waits.
+    assert queue.stats(real_db) == QueueStats(1, 0, 0, 0, 0)
+    assert queue_ids(real_db, "now") == ["late"]
+
+
+@spark_test
+def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("crash"))
+    all_ids = {f"c{n}" for n in range(600)}
+    queue.add_items(real_db, [Item(f"job {i}", id=i) for i in sorted(all_ids)])
+    checkpoint = str(tmp_path / "checkpoint")
+    written: list[str] = []  # what the sink wrote, in both runs
+    entered, release = threading.Event(), threading.Event()
+    interrupted: list[str] = []
+
+    def first_run(frame: Any, batch_id: int) -> None:
+        ids = [row.id for row in frame.collect()]
+        if batch_id < 2:
+            written.extend(ids)
+            return
+        # Batch 2 is written half-way when the query is stopped.
+        interrupted.extend(ids)
+        written.extend(ids[: len(ids) // 2])
+        entered.set()
+        release.wait(SPARK_WAIT)
+        raise RuntimeError("stopped in the middle of writing batch 2")
+
+    options = {"maxItemsPerBatch": 100, "leaseSeconds": 60}
+    query = (
+        stream(spark, redis_url, "crash", **options)
+        .writeStream.foreachBatch(first_run)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    try:
+        assert entered.wait(SPARK_WAIT), "the query never reached batch 2"
+        stopper = threading.Thread(target=query.stop)
+        stopper.start()
+        time.sleep(0.5)
+    finally:
+        release.set()
+    stopper.join(SPARK_WAIT)
+    assert not query.isActive
+    # The interrupted batch's items are still leased: nothing completed them, nothing lost them.
+    stats = queue.stats(real_db)
+    assert (stats.leased, stats.queued) == (100, 300), stats
+    assert {p.id for p in queue.pending(real_db, 0, 1000) if not p.expired} == set(interrupted)
+
+    second = Sink()
+    query = (
+        stream(spark, redis_url, "crash", **options)
+        .writeStream.foreachBatch(second)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    try:
+        wait_for(
+            lambda: len(second.ids()) >= 400 and drained(queue, real_db),
+            timeout=SPARK_WAIT,
+            interval=0.2,
+            what="the restarted query to drain the queue",
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+    # Spark replayed batch 2 from the checkpoint: the same items, still leased to the query.
+    assert {row.id for row in second.batches[2]} == set(interrupted)
+    written.extend(second.ids())
+    counts = Counter(written)
+    assert set(counts) == all_ids, f"lost: {sorted(all_ids - set(counts))[:10]}"
+    twice = {i for i, n in counts.items() if n > 1}
+    assert twice <= set(interrupted[: len(interrupted) // 2])
+    assert max(counts.values()) == 2
+    assert not real_db.keys("crash:spark:*")
+
+
+# The stream reader's contract, driven directly (no Spark engine) --------------------------------
+
+
+def stream_reader(url: str, queue: str, **options: Any) -> Any:
+    given = {"url": url, "queue": queue, **{k: str(v) for k, v in options.items()}}
+    return QueueStreamReader(StreamOptions.parse(Options(given)), ["id", "data", "deliveries"])
+
+
+@spark_test
+def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("unit"))
+    queue.add_items(real_db, [Item(f"x{n}", id=f"u{n:02}") for n in range(25)])
+    options = {"maxItemsPerBatch": 10, "leaseSeconds": 0.6, "renewSeconds": 0.1}
+    reader = stream_reader(redis_url, "unit", numPartitions=3, **options)
+    replay = stream_reader(redis_url, "unit", **options)
+    try:
+        start = reader.initialOffset()
+        assert start == {"batch": "", "items": 0}
+        end = reader.latestOffset(start, None)
+        assert end["items"] == 10
+        assert json.loads(json.dumps(end)) == end
+        assert queue.stats(real_db).leased == 10
+        parts = reader.partitions(start, end)
+        assert len(parts) == 3
+        # Tasks get a pickled copy of the reader, without the driver's state.
+        task = pickle.loads(pickle.dumps(reader))
+        assert task._lessee is None
+        rows = [row for part in parts for row in task.read(pickle.loads(pickle.dumps(part)))]
+        assert rows == [(f"u{n:02}", f"x{n}".encode(), 1) for n in range(10)]
+
+        time.sleep(1.5)  # well past the lease: the driver renews it
+        assert queue.stats(real_db).leased == 10
+        # A driver that restarts replays the batch from its record in Redis.
+        replayed = replay.partitions(start, end)
+        assert [i for part in replayed for i, _ in part.items] == [r[0] for r in rows]
+
+        # Spark asks for the next offset once it has written the batch: it is completed.
+        after = reader.latestOffset(end, None)
+        assert after["items"] == 10 and after["batch"] != end["batch"]
+        assert real_db.get("unit:item:u00") is None
+        stats = queue.stats(real_db)
+        assert (stats.queued, stats.leased) == (5, 10)
+        # Committing it again, from any reader, changes nothing, even for an id added again.
+        queue.add_item(real_db, Item("again", id="u00"))
+        reader.commit(end)
+        replay.commit(end)
+        assert real_db.get("unit:item:u00") == b"again"
+        assert not real_db.exists(f"unit:spark:batch:{end['batch']}")
+    finally:
+        reader.stop()
+        replay.stop()
+
+
+@spark_test
+def test_stream_reader_without_a_start_offset_and_with_lost_leases(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    # Spark 4.0 and 4.1 call latestOffset() with no start offset.
+    queue = WorkQueue(KeyPrefix("old"))
+    reader = stream_reader(redis_url, "old", leaseSeconds=0.3, renewSeconds=0.1, cleanSeconds=0)
+    try:
+        first = reader.latestOffset()  # a fresh reader: an empty batch, so Spark commits its last
+        assert first["items"] == 0 and first["batch"]
+        assert reader.latestOffset() == first  # nothing new
+        queue.add_items(real_db, [Item(str(n), id=f"o{n}") for n in range(3)])
+        batch = reader.latestOffset()
+        assert batch["items"] == 3
+        assert reader.latestOffset() == batch  # batch written: completed, nothing new
+        assert queue.stats(real_db) == QueueStats(0, 0, 0, 0, 0)
+
+        # A batch whose leases ran out before Spark wrote it is not completed: delivered again.
+        queue.add_items(real_db, [Item(str(n), id=f"l{n}") for n in range(4)])
+        lost = reader.latestOffset()
+        assert lost["items"] == 4
+        reader.lessee().stopping.set()  # no more renewals, as if the driver had hung
+        time.sleep(0.5)
+        reader.latestOffset()
+        assert queue.light_clean(real_db).requeued == 4
+        assert sorted(queue_ids(real_db, "old")) == [f"l{n}" for n in range(4)]
+    finally:
+        reader.stop()
+
+
+@spark_test
+def test_complete_held_removes_only_items_whose_lease_is_still_held(real_db: redis.Redis) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("held"))
+    queue.add_items(real_db, [Item("a", id="a"), Item("b", id="b")])
+    a, b = queue.lease_many(real_db, 60, 2, block=False)
+    assert a.lease_token and b.lease_token
+    assert run(real_db, complete_held(queue.ops, [("a", "someone else@1")])) == 0
+    assert run(real_db, complete_held(queue.ops, [("a", a.lease_token), ("b", b.lease_token)])) == 2
+    assert queue.stats(real_db).leased == 0 and not real_db.hlen("held:deliveries")
+    queue.add_item(real_db, Item("a again", id="a"))
+    assert run(real_db, complete_held(queue.ops, [("a", a.lease_token)])) == 0
+    assert real_db.get("held:item:a") == b"a again"
