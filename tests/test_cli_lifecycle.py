@@ -204,3 +204,19 @@ def test_rwq_entry_point_shows_dead_counts(setup: redis.Redis, redis_url: str) -
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[P]["dead"] == 3
+
+
+def test_light_clean_buries_at_the_limit_given(
+    real_db: redis.Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cron light clean given the workers' --max-deliveries buries an item whose last allowed
+    delivery expired; without it the item is requeued (and buried at its next lease)."""
+    limited = WorkQueue(KeyPrefix("cron"), max_deliveries=1)
+    limited.add_item(real_db, Item(b"d", id="x"))
+    assert limited.lease(real_db, 0.05, block=False) is not None
+    real_db.delete("cron:lease:x")  # the lease ran out
+    assert rwq(redis_url, "light-clean", "cron", "--max-deliveries", "1", "--json") == EXIT_OK
+    report = json.loads(capsys.readouterr().out)["cron"]
+    assert (report["requeued"], report["dead"]) == (0, 1)
+    [dead] = limited.dead_letters(real_db)
+    assert (dead.id, dead.deliveries, dead.reason) == ("x", 1, "lease expired")

@@ -52,13 +52,13 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
     def run(args: argparse.Namespace, db: redis.Redis) -> int:
         reports: dict[str, dict[str, int]] = {}
         for name in args.queues:
-            queue = WorkQueue(KeyPrefix(name))
+            queue = WorkQueue(KeyPrefix(name), args.max_deliveries)
             report: CleanReport = getattr(queue, kind)(db)
             reports[name] = asdict(report)
             if not args.json:
                 print(
                     f"{name}: examined {report.examined}, requeued {report.requeued}, "
-                    f"dropped {report.dropped}"
+                    f"dropped {report.dropped}, dead {report.dead}"
                 )
         if args.json:
             print(json.dumps(reports))
@@ -192,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command, help=text, description=text)
         p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
         p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument(
+            "--max-deliveries",
+            type=int,
+            default=None,
+            help="bury items whose last allowed delivery expired (as the workers' setting)",
+        )
         p.set_defaults(func=_clean(kind))
 
     p = sub.add_parser(
