@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from ours_workloads import OURS_ONLY
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -40,6 +41,16 @@ class OursQueue:
         self._rwq = rwq
         self._db = db
         self._q = rwq.WorkQueue(rwq.KeyPrefix(PREFIX))
+
+    @property
+    def rwq(self) -> Any:
+        """The ``redis_work_queue`` module (for the workloads of this library alone)."""
+        return self._rwq
+
+    @property
+    def queue(self) -> Any:
+        """The benchmark's ``WorkQueue``."""
+        return self._q
 
     def new_item(self) -> Any:
         return self._rwq.Item(DATA)
@@ -87,7 +98,7 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db))
+    worker_main(lambda db: OursQueue(rwq, db), OURS_ONLY)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Benchmark of redis_work_queue against the published baseline, redis-work-queue 0.1.5.
 
-Usage: python bench/run.py [--quick] [--check] [--json FILE] [--only NAME ...]
+Usage: python bench/run.py [--quick] [--check] [--json FILE] [--only NAME ...] [--pin MODE]
 
 Starts its own redis-server on a free port, installs the baseline into bench/.baseline/ once,
 runs every workload once per client, each in a fresh worker process on a freshly flushed
 database, and prints a table. The ratios are what matter (they come from the same run on the
-same server); the absolute figures depend on the machine. See bench/README.md.
+same server); the absolute figures depend on the machine. The WAIT row runs on a primary with a
+replica and the cluster row on a 3-node Redis Cluster, both started (and stopped) for their job
+alone. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ctypes
 import functools
 import json
 import os
+import selectors
 import shutil
 import signal
 import socket
@@ -24,19 +27,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 BASELINE_DIST = "redis-work-queue==0.1.5"
 BASELINE_DIR = BENCH / ".baseline" / "mevitae"
 WORKERS = {"ours": BENCH / "ours_worker.py", "baseline": BENCH / "mevitae_worker.py"}
+DRAIN_WORKER = BENCH / "drain_worker.py"
 JOB_TIMEOUT = 900  # seconds; a worker that takes longer has hung
+SETUP_TIMEOUT = 60  # seconds to start a replica or a cluster
+#: Queues (and processes) of the multi-process row.
+DRAINERS = 3
 
 Result = dict[str, Any]
 
@@ -55,6 +63,14 @@ class Sizes:
     inflight: int  # items leased and completed with ``hold`` in flight
     light: tuple[int, ...]  # expired leases per light clean
     deep: tuple[int, int]  # queued items per deep clean (small, large)
+    runner: int  # items drained by the Worker runner (and by the plain loop)
+    batch: int  # items added, and leased and completed, 100 per call
+    memory: int  # items queued for the memory row (once per layout)
+    aio: int  # items leased and completed per asyncio mode (sync, 1 task, many tasks)
+    wait: int  # items added, and completed, with WAIT and without
+    drain: int  # items drained per process in the multi-process rows (cluster, one node)
+    pings: int = 2_000  # PINGs per round next to the batch rounds
+    tasks: int = 50  # concurrent asyncio tasks
     rounds: int = 3  # timed rounds of each rate workload (per process)
     passes: int = 2  # times the whole job list runs; each figure keeps its best pass
 
@@ -67,6 +83,12 @@ FULL = Sizes(
     inflight=9_000,
     light=(5_000, 20_000),
     deep=(20_000, 200_000),
+    runner=15_000,
+    batch=90_000,
+    memory=1_000_000,
+    aio=9_000,
+    wait=6_000,
+    drain=5_000,
 )
 QUICK = Sizes(
     roundtrip=4_000,
@@ -76,12 +98,21 @@ QUICK = Sizes(
     inflight=1_500,
     light=(1_000, 4_000),
     deep=(5_000, 50_000),
+    runner=3_000,
+    batch=15_000,
+    memory=100_000,
+    aio=1_500,
+    wait=1_500,
+    drain=2_000,
+    pings=1_000,
     passes=1,
 )
 
 
 def count(n: int) -> str:
-    """20000 -> '20k'."""
+    """20000 -> '20k', 1000000 -> '1M'."""
+    if n >= 1_000_000 and n % 100_000 == 0:
+        return f"{n / 1_000_000:g}M"
     if n >= 1000 and n % 100 == 0:
         return f"{n / 1000:g}k"
     return str(n)
@@ -97,6 +128,26 @@ def _free_port() -> int:
             port = int(sock.getsockname()[1])
         if port != 6379:
             return port
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_cluster_ports(n: int) -> list[int]:
+    """``n`` free ports whose cluster bus ports (port + 10000) are free too (never 6379)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = _free_port()
+        bus = port + 10_000
+        if bus <= 65_535 and port not in ports and bus not in ports and _port_free(bus):
+            ports.append(port)
+    return ports
 
 
 @dataclass(frozen=True)
@@ -133,10 +184,18 @@ def _child_setup(cpus: frozenset[int] | None) -> None:
 
 
 @contextlib.contextmanager
-def redis_server(binary: str, cpus: frozenset[int] | None) -> Iterator[int]:
-    """Run a throw-away redis-server (no persistence) and yield its port; stop it on exit."""
+def redis_server(
+    binary: str,
+    cpus: frozenset[int] | None,
+    port: int | None = None,
+    extra: Sequence[str] = (),
+) -> Iterator[int]:
+    """Run a throw-away redis-server (no persistence) and yield its port; stop it on exit.
+
+    ``extra`` are more command-line options (a replica's, a cluster node's).
+    """
     workdir = Path(tempfile.mkdtemp(prefix="rwq-bench-"))
-    port = _free_port()
+    port = _free_port() if port is None else port
     cmd = [
         binary,
         "--port", str(port),
@@ -146,6 +205,7 @@ def redis_server(binary: str, cpus: frozenset[int] | None) -> Iterator[int]:
         "--dir", str(workdir),
         "--logfile", str(workdir / "redis.log"),
         "--daemonize", "no",
+        *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd,
@@ -183,6 +243,96 @@ def redis_server(binary: str, cpus: frozenset[int] | None) -> Iterator[int]:
         yield port
     finally:
         stop()
+
+
+def _wait_for(what: str, test: Callable[[], bool], timeout: float = SETUP_TIMEOUT) -> None:
+    """Poll ``test`` until it holds; raise after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(redis.RedisError):
+            if test():
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def replicated_server(binary: str, cpus: frozenset[int] | None) -> Iterator[int]:
+    """A primary with one replica (both throw-away, on the server's CPUs); yields the primary's
+    port once the replica's link is up."""
+    sync_at_once = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
+    with redis_server(binary, cpus, extra=sync_at_once) as primary:
+        replica_of = ("--replicaof", "127.0.0.1", str(primary))
+        with redis_server(binary, cpus, extra=replica_of) as replica:
+            r = redis.Redis(host="127.0.0.1", port=replica, socket_timeout=5)
+            p = redis.Redis(host="127.0.0.1", port=primary, socket_timeout=5)
+            try:
+                _wait_for(
+                    "the replica's link to the primary",
+                    lambda: (
+                        r.info("replication").get("master_link_status") == "up"
+                        and int(p.info("replication").get("connected_slaves", 0)) >= 1
+                    ),
+                )
+            finally:
+                r.close()
+                p.close()
+            yield primary
+
+
+def _redis_cli(binary: str) -> str:
+    """The redis-cli next to ``binary``, else the one on the PATH."""
+    found = shutil.which(binary)
+    if found is not None:
+        sibling = Path(found).with_name("redis-cli")
+        if sibling.is_file():
+            return str(sibling)
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("no redis-cli found (needed to create the cluster)")
+    return cli
+
+
+@contextlib.contextmanager
+def redis_cluster(binary: str, cpus: frozenset[int] | None, nodes: int = 3) -> Iterator[list[int]]:
+    """A throw-away Redis Cluster of ``nodes`` primaries (no replicas); yields their ports once
+    every node reports ``cluster_state:ok``."""
+    ports = _free_cluster_ports(nodes)
+    options = (
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", "2000",
+    )  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            stack.enter_context(redis_server(binary, cpus, port=port, extra=options))
+        create_cmd = [
+            _redis_cli(binary),
+            "--cluster", "create",
+            *(f"127.0.0.1:{port}" for port in ports),
+            "--cluster-replicas", "0",
+            "--cluster-yes",
+        ]  # fmt: skip
+        create = subprocess.run(
+            create_cmd,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=SETUP_TIMEOUT,
+        )
+        if create.returncode != 0:
+            tail = (create.stderr or create.stdout).strip().splitlines()[-5:]
+            raise RuntimeError(f"redis-cli --cluster create failed: {' / '.join(tail)}")
+        clients = [redis.Redis(host="127.0.0.1", port=port, socket_timeout=5) for port in ports]
+        stack.callback(lambda: [c.close() for c in clients])
+        _wait_for(
+            "cluster_state:ok on every node",
+            lambda: all(
+                b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients
+            ),
+        )
+        yield ports
 
 
 # Baseline ---------------------------------------------------------------------------------------
@@ -230,6 +380,11 @@ class Job:
     impl: str
     workload: str
     params: Result = field(default_factory=dict)
+    #: Where it runs: "worker" (a worker process on the bench server), "replica" (a worker
+    #: process on a primary with a replica) or "drain" (DRAINERS processes, see run_drain).
+    kind: str = "worker"
+    #: Run it in the first pass only (a deterministic figure, or an expensive one).
+    once: bool = False
 
 
 def plan(s: Sizes) -> list[Job]:
@@ -249,6 +404,20 @@ def plan(s: Sizes) -> list[Job]:
     for n in s.light:
         jobs += [Job(f"light_clean:{n}", impl, "light_clean", {"n": n}) for impl in WORKERS]
     jobs += [Job(f"deep_clean:{n}", "ours", "deep_clean", {"n": n}) for n in s.deep]
+    jobs += [
+        Job("worker_runner", "ours", "worker_runner", {"n": s.runner, "rounds": r}),
+        Job("batch", "ours", "batch", {"n": s.batch, "rounds": r, "pings": s.pings}),
+        Job("asyncio", "ours", "asyncio", {"n": s.aio, "rounds": r, "tasks": s.tasks}),
+        Job("wait", "ours", "wait", {"n": s.wait, "rounds": r}, kind="replica"),
+        Job("cluster", "ours", "drain", {"n": s.drain}, kind="drain"),
+        Job(
+            "memory",
+            "ours",
+            "memory",
+            {"n": s.memory, "size": 100, "chunk": 10_000},
+            once=True,
+        ),
+    ]
     return jobs
 
 
@@ -257,6 +426,8 @@ def schedule(jobs: list[Job], passes: int) -> list[Job]:
     so that neither client always goes first."""
     out: list[Job] = []
     for n in range(passes):
+        if n > 0:
+            jobs = [job for job in jobs if not job.once]
         if n % 2 == 0:
             out += jobs
             continue
@@ -337,6 +508,135 @@ def run_job(job: Job, port: int, admin: redis.Redis, cpus: frozenset[int] | None
         out_path.unlink(missing_ok=True)
 
 
+def cluster_prefixes(ports: list[int]) -> list[str]:
+    """One queue prefix per node of the cluster: hash tags whose slots the nodes own."""
+    client = redis.Redis(host="127.0.0.1", port=ports[0], socket_timeout=5)
+    try:
+        ranges = [
+            (int(start), int(end), int(nodes[0][1]))
+            for start, end, *nodes in client.execute_command("CLUSTER", "SLOTS")
+        ]
+    finally:
+        client.close()
+
+    def owner(prefix: str) -> int:
+        slot = key_slot(prefix.encode())
+        return next(port for start, end, port in ranges if start <= slot <= end)
+
+    chosen: dict[int, str] = {}
+    for n in range(10_000):
+        prefix = f"bench:{{q{n}}}"
+        chosen.setdefault(owner(prefix), prefix)
+        if len(chosen) == len(ports):
+            return [chosen[port] for port in sorted(chosen)]
+    raise RuntimeError("no hash tags found for every node")
+
+
+def run_drain(
+    port: int, prefixes: list[str], n: int, cluster: bool, cpus: frozenset[int] | None
+) -> Result:
+    """Run one drain_worker.py per prefix at once (they start together); the items/s of all
+    of them, from the first start to the last end."""
+    cmd = [sys.executable, str(DRAIN_WORKER), "--port", str(port), "--n", str(n)]
+    if cluster:
+        cmd.append("--cluster")
+    procs: list[subprocess.Popen[str]] = []
+    logs: list[Any] = []
+    try:
+        for prefix in prefixes:
+            log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed below)
+            logs.append(log)
+            procs.append(
+                subprocess.Popen(
+                    [*cmd, "--prefix", prefix],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    env=worker_env("ours"),
+                    preexec_fn=functools.partial(_child_setup, cpus),  # noqa: PLW1509
+                )
+            )
+        deadline = time.monotonic() + JOB_TIMEOUT
+        with selectors.DefaultSelector() as waiting:
+            for proc in procs:
+                assert proc.stdout is not None
+                waiting.register(proc.stdout, selectors.EVENT_READ, proc)
+            while waiting.get_map():
+                events = waiting.select(timeout=max(deadline - time.monotonic(), 0))
+                if not events:
+                    raise TimeoutError("the drain workers did not get ready")
+                for key, _ in events:
+                    line = key.fileobj.readline()  # type: ignore[union-attr]
+                    if line.strip() != "ready":
+                        raise RuntimeError(f"a drain worker said {line.strip()!r}, not ready")
+                    waiting.unregister(key.fileobj)
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        spans = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+            if proc.returncode != 0:
+                raise RuntimeError(f"a drain worker exited with {proc.returncode}")
+            spans.append(json.loads(out.strip().splitlines()[-1]))
+        seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+        done = sum(s["n"] for s in spans)
+        return {"value": done / seconds, "unit": "ops/s", "processes": len(procs)}
+    except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as err:
+        tails = []
+        for log in logs:
+            log.seek(0)
+            tails += log.read().strip().splitlines()[-6:]
+        return {"error": f"{type(err).__name__}: {err}", "log": tails}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
+
+
+def run_cluster_job(
+    job: Job, port: int, admin: redis.Redis, binary: str, where: Placement
+) -> Result:
+    """The multi-process row: DRAINERS processes, one queue each, on a fresh cluster of
+    DRAINERS primaries (one queue per node), then the same on the bench server alone."""
+    n = job.params["n"]
+    try:
+        with redis_cluster(binary, where.server, DRAINERS) as ports:
+            prefixes = cluster_prefixes(ports)
+            on_cluster = run_drain(ports[0], prefixes, n, True, where.clients)
+    except Exception as err:  # a set-up failure fails this row only
+        on_cluster = {"error": f"cluster: {type(err).__name__}: {err}"}
+    if "error" in on_cluster:
+        return on_cluster
+    admin.flushall()
+    on_node = run_drain(port, prefixes, n, False, where.clients)
+    if "error" in on_node:
+        return on_node
+    return {"cluster": on_cluster, "node": on_node, "prefixes": prefixes, "impl": job.impl}
+
+
+def run_any(job: Job, port: int, admin: redis.Redis, binary: str, where: Placement) -> Result:
+    """Run a job of any kind (see Job.kind)."""
+    if job.kind == "drain":
+        return run_cluster_job(job, port, admin, binary, where)
+    if job.kind == "replica":
+        try:
+            with replicated_server(binary, where.server) as primary:
+                own = redis.Redis(host="127.0.0.1", port=primary)
+                try:
+                    return run_job(job, primary, own, where.clients)
+                finally:
+                    own.close()
+        except Exception as err:  # a set-up failure fails this row only
+            return {"error": f"replica set-up: {type(err).__name__}: {err}"}
+    return run_job(job, port, admin, where.clients)
+
+
 # Table ------------------------------------------------------------------------------------------
 
 
@@ -368,6 +668,10 @@ def times(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def per_item(v: float | None) -> str:
+    return "ERR" if v is None else f"{v:,.1f} B"
+
+
 def div(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
@@ -394,6 +698,24 @@ class Ratio:
 
     def _ok(self, test: Callable[[float], bool]) -> bool:
         return self.value is not None and test(self.value)
+
+
+def floor_row(
+    needs: tuple[str, ...], label: str, value: float | None, floor: float, ping: float | None
+) -> Row:
+    """A row with an absolute target (a rate of at least ``floor``), shown with its ratio to the
+    PING rate of the same process, so that a reader can judge the machine."""
+    ok = value is not None and value >= floor
+    return Row(
+        label,
+        rate(value),
+        f"(PING {rate(ping)})",
+        times(div(value, ping)),
+        "/PING, same process",
+        f">= {floor:,.0f}/s",
+        "PASS" if ok else "FAIL",
+        needs,
+    )
 
 
 def build_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
@@ -466,7 +788,79 @@ def build_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
             div(t_large, t_small), f"t{count(large)}/t{count(small)}", at_most=1.2 * large / small
         ).row(needs, f"deep_clean, {count(large)} items", secs(t_large)),
     ]
-    return rows
+    return rows + ours_only_rows(res, s, lc_base)
+
+
+def ours_only_rows(
+    res: dict[tuple[str, str], Result], s: Sizes, lc_base: float | None
+) -> list[Row]:
+    """The rows of this library alone: runner, batches, memory, asyncio, WAIT, cluster."""
+
+    def sub(key: str, name: str) -> float | None:
+        r = res.get((key, "ours"), {})
+        if "error" in r or not isinstance(r.get(name), dict) or "value" not in r[name]:
+            return None
+        return float(r[name]["value"])
+
+    runner, plain = sub("worker_runner", "runner"), sub("worker_runner", "plain")
+    adds, pairs = sub("batch", "add_items"), sub("batch", "lease_complete_many")
+    ping = sub("batch", "ping")
+    mem, mem_plain = sub("memory", "ours"), sub("memory", "plain")
+    sync, one, many = (sub("asyncio", m) for m in ("sync", "async_1", "async_many"))
+    es_sync, es_async = sub("asyncio", "evalsha_sync"), sub("asyncio", "evalsha_async")
+    add, add_wait = sub("wait", "add"), sub("wait", "add_wait")
+    done, done_wait = sub("wait", "complete"), sub("wait", "complete_wait")
+    on_cluster, on_node = sub("cluster", "cluster"), sub("cluster", "node")
+    with_wait = "with/without"
+    return [
+        Ratio(div(runner, plain), "runner/plain loop", at_least=0.8).row(
+            ("worker_runner",),
+            "Worker runner (threads, 1 handler)",
+            rate(runner),
+            f"(plain {rate(plain)})",
+        ),
+        floor_row(("batch",), "lease_many+complete_many, 100/call", pairs, 150_000, ping),
+        Ratio(div(pairs, lc_base), "/base 1 at a time", at_least=20.0).row(
+            ("batch", "lease_complete"),
+            "  the same vs baseline lease+complete",
+            rate(pairs),
+            rate(lc_base),
+        ),
+        floor_row(("batch",), "add_items(unique), 100/call", adds, 400_000, ping),
+        Ratio(div(mem, mem_plain), "ours/plain SET+LPUSH", at_most=1.1).row(
+            ("memory",),
+            f"memory/item, {count(s.memory)} x 100 B queued",
+            per_item(mem),
+            f"(plain {per_item(mem_plain)})",
+        ),
+        Ratio(div(one, sync), "async/sync", at_least=0.8).row(
+            ("asyncio",), "asyncio lease+complete, 1 task", rate(one), f"(sync {rate(sync)})"
+        ),
+        Ratio(div(many, sync), "async/sync 1 client").row(
+            ("asyncio",),
+            f"asyncio lease+complete, {s.tasks} tasks",
+            rate(many),
+            f"(sync {rate(sync)})",
+        ),
+        Ratio(div(es_async, es_sync), "async/sync").row(
+            ("asyncio",),
+            "  redis.asyncio alone: EVALSHA 'return 1'",
+            rate(es_async),
+            f"(sync {rate(es_sync)})",
+        ),
+        Ratio(div(add_wait, add), with_wait).row(
+            ("wait",), "add_item, replicas=1 (WAIT)", rate(add_wait), f"(without {rate(add)})"
+        ),
+        Ratio(div(done_wait, done), with_wait).row(
+            ("wait",), "complete, replicas=1 (WAIT)", rate(done_wait), f"(without {rate(done)})"
+        ),
+        Ratio(div(on_cluster, on_node), "cluster/1 node").row(
+            ("cluster",),
+            f"{DRAINERS} procs x {DRAINERS} queues, {DRAINERS}-node cluster",
+            rate(on_cluster),
+            f"(1 node {rate(on_node)})",
+        ),
+    ]
 
 
 def print_table(rows: list[Row]) -> None:
@@ -534,7 +928,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"redis-server on port {port}, {where.describe()}; {len(jobs)} jobs", file=sys.stderr)
         for i, job in enumerate(jobs, 1):
             t0 = time.perf_counter()
-            result = run_job(job, port, admin, where.clients)
+            result = run_any(job, port, admin, args.redis_server, where)
             results[(job.key, job.impl)] = best(results.get((job.key, job.impl)), result)
             status = result.get("error", "ok")
             print(

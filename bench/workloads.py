@@ -27,6 +27,8 @@ DATA = b'{"kind":"bench","payload":"' + b"x" * 64 + b'"}'
 #: Commands per pipeline when a workload's set-up fills the queue.
 FILL_BATCH = 1000
 #: Untimed operations run before the timed rounds (script loading, connection set-up, caches).
+#: Lost items (data key only) in every deep-clean workload.
+LOST_ITEMS = 20
 WARMUP = 200
 #: A lease that outlives any workload.
 LONG_LEASE = 3600
@@ -260,10 +262,15 @@ def light_clean(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
 
 
 def deep_clean(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
-    """One deep clean of ``n`` queued items plus a few lost ones (data key only)."""
+    """One deep clean of ``n`` queued items plus a few lost ones (data key only).
+
+    The number of lost items is the same at every size (LOST_ITEMS): a deep clean repairs the
+    rare half-added items of crashed clients. Each lost item costs one scan of the lists inside
+    Redis, so with a number that grew with ``n`` the time would grow as lost x length.
+    """
     del db
     n = p["n"]
-    lost = max(10, n // 1000)
+    lost = LOST_ITEMS
     q.fill(n)
     q.add_lost(lost)
     gc.collect()
@@ -288,18 +295,25 @@ WORKLOADS: dict[str, Callable[[redis.Redis, QueueAdapter, Result], Result]] = {
 }
 
 
-def worker_main(make_adapter: Callable[[redis.Redis], QueueAdapter]) -> None:
-    """Entry point of a worker process: run one workload, write its result to ``--out``."""
+def worker_main(
+    make_adapter: Callable[[redis.Redis], QueueAdapter],
+    extra: dict[str, Callable[[redis.Redis, Any, Result], Result]] | None = None,
+) -> None:
+    """Entry point of a worker process: run one workload, write its result to ``--out``.
+
+    ``extra`` adds the workloads of one client alone (see ``ours_workloads.py``).
+    """
+    workloads = {**WORKLOADS, **(extra or {})}
     parser = argparse.ArgumentParser(description="run one benchmark workload")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    parser.add_argument("--workload", choices=sorted(workloads), required=True)
     parser.add_argument("--params", default="{}", help="workload parameters as JSON")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     db = redis.Redis(host="127.0.0.1", port=args.port)
     try:
         adapter = make_adapter(db)
-        result = WORKLOADS[args.workload](db, adapter, json.loads(args.params))
+        result = workloads[args.workload](db, adapter, json.loads(args.params))
         result["impl"] = adapter.impl
         args.out.write_text(json.dumps(result), encoding="utf-8")
     finally:

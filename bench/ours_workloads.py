@@ -1,0 +1,414 @@
+"""Workloads of this library alone: the baseline has no counterpart for them.
+
+Each compares this library with itself or with plain Redis in the same process, on the same
+server, at the same moment: the Worker runner against the plain lease+complete loop, batches
+against PING, the queue's memory against the plain key layout, asyncio against sync, writes
+with WAIT against writes without. They are run by ``ours_worker.py`` (which imports this
+repository's ``redis_work_queue`` and hands it over as ``q.rwq``), like the shared workloads of
+``workloads.py``. The multi-process cluster row is ``drain_worker.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from workloads import DATA, LONG_LEASE, PREFIX, WARMUP, BenchError, Result, _expect, _timed_rounds
+
+#: Items per ``add_items`` call when a workload fills its queue.
+FILL_CHUNK = 1000
+#: Items per call of the batch workloads.
+BATCH = 100
+#: Items per MSET and per LPUSH when the memory workload builds the plain layout.
+PLAIN_CHUNK = 1000
+
+
+def _fill(q: Any, db: redis.Redis, n: int) -> None:
+    """Add ``n`` fresh items to the benchmark queue, ``FILL_CHUNK`` per ``add_items`` call."""
+    make = q.rwq.Item
+    for start in range(0, n, FILL_CHUNK):
+        q.queue.add_items(db, [make(DATA) for _ in range(min(FILL_CHUNK, n - start))], unique=True)
+
+
+def _address(db: redis.Redis) -> tuple[str, int]:
+    kwargs = db.connection_pool.connection_kwargs
+    return str(kwargs.get("host", "127.0.0.1")), int(kwargs["port"])
+
+
+def _record(into: Result, rate: float) -> None:
+    into["rounds"].append(rate)
+    into["value"] = max(into["value"], rate)
+
+
+def _rate_result(per: int) -> Result:
+    return {"value": 0.0, "unit": "ops/s", "rounds": [], "ops_per_round": per}
+
+
+def _drained(q: Any) -> None:
+    _expect("queue length at the end", q.queue_len(), 0)
+    _expect("processing list at the end", q.processing(), 0)
+
+
+def _plain_pairs(q: Any, k: int) -> None:
+    """The plain loop: non-blocking lease then complete, ``k`` times."""
+    lease, complete = q.lease, q.complete
+    for _ in range(k):
+        item = lease(30)
+        if item is None:
+            raise BenchError("the queue ran dry")
+        complete(item)
+
+
+# Worker runner -----------------------------------------------------------------------------------
+
+
+def worker_runner(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of ``Worker`` (threads, concurrency 1, a no-op handler) draining a queue, in
+    rounds alternating with rounds of the plain ``lease(block=False)`` + ``complete`` loop.
+
+    A round of the runner fills the queue with ``per`` items, starts ``Worker.run`` in a thread
+    and times it until every item is completed (the handler counts the items; the last
+    completion is seen as an empty processing list), then stops the worker (``stop()``, from
+    this thread) and checks its counts. The worker polls with a short timeout (``poll_secs``
+    0.1): that only matters once the queue is empty, after the clock has stopped.
+    """
+    rwq = q.rwq
+    n, rounds = p["n"], p["rounds"]
+    per = max(1, n // rounds)
+    host, port = _address(db)
+    url = f"redis://{host}:{port}/0"
+
+    def runner(k: int) -> float:
+        _fill(q, db, k)
+        handled = 0
+        all_handled = threading.Event()
+
+        def noop_handler(item: Any) -> None:
+            nonlocal handled
+            handled += 1
+            if handled == k:
+                all_handled.set()
+
+        worker = rwq.Worker(
+            url, [q.queue], noop_handler, concurrency=1, lease_secs=30, poll_secs=0.1
+        )
+        outcome: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(worker.run(signals=())), name="bench-runner"
+        )
+        gc.collect()
+        start = time.perf_counter()
+        thread.start()
+        if not all_handled.wait(timeout=300):
+            worker.stop()
+            raise BenchError(f"the worker handled {handled} of {k} items in 300 s")
+        while q.processing():  # the last completion follows the last handler call
+            time.sleep(0.0002)
+        seconds = time.perf_counter() - start
+        worker.stop()
+        thread.join(timeout=30)
+        if thread.is_alive() or not outcome:
+            raise BenchError("the worker did not stop within 30 s of stop()")
+        stats = outcome[0]
+        _expect(
+            "items the worker completed", (stats.completed, stats.failed, stats.lost), (k, 0, 0)
+        )
+        _drained(q)
+        return k / seconds
+
+    def plain(k: int) -> float:
+        _fill(q, db, k)
+        gc.collect()
+        start = time.perf_counter()
+        _plain_pairs(q, k)
+        seconds = time.perf_counter() - start
+        _drained(q)
+        return k / seconds
+
+    plain(WARMUP)
+    runner(WARMUP)
+    result: Result = {"runner": _rate_result(per), "plain": _rate_result(per)}
+    for _ in range(rounds):
+        _record(result["plain"], plain(per))
+        _record(result["runner"], runner(per))
+    return result
+
+
+# Batches ----------------------------------------------------------------------------------------
+
+
+def batch(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of ``add_items(unique=True)`` and of ``lease_many`` + ``complete_many``, 100
+    items per call, each in timed rounds alternating with rounds of ``pings`` PINGs.
+
+    The adding rounds fill the queue that the leasing rounds then drain. Items are built
+    beforehand. ``lease_many(db, 30, 100)`` is called as written (blocking mode, which returns
+    at once when the queue has items).
+    """
+    rwq, queue = q.rwq, q.queue
+    n, rounds, pings = p["n"], p["rounds"], p["pings"]
+    per = max(BATCH, n // rounds // BATCH * BATCH)
+    items = [rwq.Item(DATA) for _ in range(per * rounds + 2 * BATCH)]
+    chunks = iter([items[i : i + BATCH] for i in range(0, len(items), BATCH)])
+    add_items, lease_many, complete_many = queue.add_items, queue.lease_many, queue.complete_many
+
+    def adds(k: int) -> None:
+        for _ in range(k // BATCH):
+            add_items(db, next(chunks), unique=True)
+
+    def pairs(k: int) -> None:
+        for _ in range(k // BATCH):
+            leased = lease_many(db, 30, BATCH)
+            if len(leased) != BATCH:
+                raise BenchError(f"lease_many leased {len(leased)} items, not {BATCH}")
+            if len(complete_many(db, leased)) != BATCH:
+                raise BenchError("complete_many did not complete every item")
+
+    def ping(k: int) -> None:
+        send = db.ping
+        for _ in range(k):
+            send()
+
+    ping(WARMUP)
+    adds(2 * BATCH)
+    pairs(2 * BATCH)
+    result: Result = {
+        "add_items": _rate_result(per),
+        "lease_complete_many": _rate_result(per),
+        "ping": _rate_result(pings),
+    }
+    for body, key in ((adds, "add_items"), (pairs, "lease_complete_many")):
+        for _ in range(rounds):
+            _record(result["ping"], _timed_rounds(ping, pings, 1)["value"])
+            _record(result[key], _timed_rounds(body, per, 1)["value"])
+        if key == "add_items":
+            _expect("queue length after add_items", q.queue_len(), per * rounds)
+    _drained(q)
+    return result
+
+
+# Memory -----------------------------------------------------------------------------------------
+
+
+def _used_memory(db: redis.Redis) -> int:
+    with contextlib.suppress(redis.ResponseError):  # not built with jemalloc
+        db.execute_command("MEMORY", "PURGE")
+    return int(db.info("memory")["used_memory"])
+
+
+def memory(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Bytes of Redis ``used_memory`` per queued item: this queue against the plain layout.
+
+    ``n`` ids are made as the library makes them (UUIDv7, 32 hex characters), each with
+    ``size`` bytes of data. The plain layout is ``SET <prefix>:item:<id> <data>`` plus
+    ``LPUSH <prefix>:queue <id>`` per item, the same ids in the same order, sent through
+    pipelines of ``chunk`` items as one MSET and one LPUSH per ``PLAIN_CHUNK`` items: the keys,
+    values and list are the same as with a SET and an LPUSH per item (the same used_memory,
+    checked at 100k items, within 0.5 B/item), and 2M single commands would take ~18 s of
+    redis-py time. The queue gets the same ids and data through ``add_items(unique=True)``,
+    ``chunk`` items per call (which the library sends in script calls of up to 500). Each is
+    measured on a freshly flushed database: ``used_memory`` after the fill minus before it
+    (MEMORY PURGE first).
+    """
+    rwq, queue = q.rwq, q.queue
+    n, size, chunk = p["n"], p["size"], p["chunk"]
+    data = (DATA * (size // len(DATA) + 1))[:size]
+    new_id = rwq.item.new_id
+    ids = [new_id() for _ in range(n)]
+    _expect("id format", (len(ids[0]), int(ids[0], 16) >= 0, ids[0][12]), (32, True, "7"))
+    # Load the add script and warm the connection up, outside the measurements.
+    queue.add_items(db, [rwq.Item(data)], unique=True)
+    item_key, queue_key = queue.keys.item, queue.keys.queue
+
+    db.flushall()
+    before = _used_memory(db)
+    for start in range(0, n, chunk):
+        pipe = db.pipeline(transaction=False)
+        for first in range(start, min(start + chunk, n), PLAIN_CHUNK):
+            some = ids[first : min(first + PLAIN_CHUNK, start + chunk, n)]
+            pipe.mset({item_key(item_id): data for item_id in some})
+            pipe.lpush(queue_key, *some)
+        pipe.execute()
+    plain = (_used_memory(db) - before) / n
+    _expect("keys of the plain layout", db.dbsize(), n + 1)
+    _expect("plain list length", db.llen(queue_key), n)
+
+    db.flushall()
+    make = rwq.Item
+    before = _used_memory(db)
+    for start in range(0, n, chunk):
+        queue.add_items(db, [make(data, id=i) for i in ids[start : start + chunk]], unique=True)
+    ours = (_used_memory(db) - before) / n
+    _expect("keys of the queue", db.dbsize(), n + 1)
+    _expect("queue length", q.queue_len(), n)
+    db.flushall()
+    return {
+        "ours": {"value": ours, "unit": "B/item"},
+        "plain": {"value": plain, "unit": "B/item"},
+        "n": n,
+        "size": size,
+    }
+
+
+# asyncio ----------------------------------------------------------------------------------------
+
+
+def asyncio_rates(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Lease+complete items/s: sync (one client), ``AsyncWorkQueue`` with one task, and
+    ``tasks`` concurrent tasks on one ``redis.asyncio`` client (one connection pool, so a
+    connection per task in flight), in rounds alternating between the three; and, as the
+    ceiling that redis-py itself sets, EVALSHA ``return 1`` on the sync client and awaited on
+    the single task's client.
+
+    The single task uses its own client; with one task in flight its pool holds one
+    connection. The sync rounds run inside the event loop's thread while nothing else runs.
+    """
+    rwq = q.rwq
+    n, rounds, tasks = p["n"], p["rounds"], p["tasks"]
+    per = max(tasks, n // rounds)
+    _fill(q, db, 3 * (per * rounds + WARMUP))
+    aq = rwq.AsyncWorkQueue(rwq.KeyPrefix(PREFIX))
+    host, port = _address(db)
+
+    async def main() -> Result:
+        one = aredis.Redis(host=host, port=port)
+        many = aredis.Redis(host=host, port=port)
+
+        async def single(k: int) -> None:
+            lease, complete = aq.lease, aq.complete
+            for _ in range(k):
+                item = await lease(one, 30, block=False)
+                if item is None:
+                    raise BenchError("the queue ran dry")
+                await complete(one, item)
+
+        async def concurrent(k: int) -> None:
+            left = k
+
+            async def task() -> None:
+                nonlocal left
+                lease, complete = aq.lease, aq.complete
+                while left > 0:
+                    left -= 1
+                    item = await lease(many, 30, block=False)
+                    if item is None:
+                        raise BenchError("the queue ran dry")
+                    await complete(many, item)
+
+            await asyncio.gather(*(task() for _ in range(tasks)))
+
+        async def sync(k: int) -> None:
+            _plain_pairs(q, k)
+
+        sha = db.script_load("return 1")
+        key = PREFIX + ":rt"
+
+        async def evalsha_sync(k: int) -> None:
+            evalsha = db.evalsha
+            for _ in range(k):
+                evalsha(sha, 1, key)
+
+        async def evalsha_async(k: int) -> None:
+            evalsha = one.evalsha
+            for _ in range(k):
+                await evalsha(sha, 1, key)
+
+        modes: dict[str, Callable[[int], Awaitable[None]]] = {
+            "sync": sync,
+            "async_1": single,
+            "async_many": concurrent,
+            "evalsha_sync": evalsha_sync,
+            "evalsha_async": evalsha_async,
+        }
+        out: Result = {key: _rate_result(per) for key in modes}
+        try:
+            for body in modes.values():
+                await body(WARMUP)
+            for _ in range(rounds):
+                for key, body in modes.items():
+                    gc.collect()
+                    start = time.perf_counter()
+                    await body(per)
+                    _record(out[key], per / (time.perf_counter() - start))
+            out["connections"] = len(many.connection_pool._available_connections)
+        finally:
+            await one.aclose()
+            await many.aclose()
+        return out
+
+    result = asyncio.run(main())
+    _drained(q)
+    return result
+
+
+# WAIT -------------------------------------------------------------------------------------------
+
+
+def wait_cost(db: redis.Redis, q: Any, p: Result) -> Result:
+    """``add_item`` and ``complete`` with ``replicas=1`` (script + WAIT in one round trip)
+    against the same calls without, on a primary with one replica (started by ``run.py``).
+
+    Rounds with and without alternate. The items are built beforehand; the completing rounds
+    complete items leased beforehand (long leases).
+    """
+    rwq, queue = q.rwq, q.queue
+    n, rounds = p["n"], p["rounds"]
+    per = max(1, n // rounds)
+    replication = db.info("replication")
+    if int(replication.get("connected_slaves", 0)) < 1:
+        raise BenchError(f"no replica attached to the primary: {replication}")
+    total = 2 * (per * rounds + WARMUP)
+    items = iter([rwq.Item(DATA) for _ in range(total)])
+    add_item, complete = queue.add_item, queue.complete
+
+    def adding(replicas: int | None) -> Callable[[int], None]:
+        def body(k: int) -> None:
+            for _ in range(k):
+                if not add_item(db, next(items), replicas=replicas):
+                    raise BenchError("add_item found a fresh id taken")
+
+        return body
+
+    adding(None)(WARMUP)
+    adding(1)(WARMUP)
+    result: Result = {key: _rate_result(per) for key in ("add", "add_wait")}
+    for _ in range(rounds):
+        _record(result["add"], _timed_rounds(adding(None), per, 1)["value"])
+        _record(result["add_wait"], _timed_rounds(adding(1), per, 1)["value"])
+    _expect("queue length after adding", q.queue_len(), total)
+
+    leased = iter(queue.lease_many(db, LONG_LEASE, total, block=False))
+
+    def completing(replicas: int | None) -> Callable[[int], None]:
+        def body(k: int) -> None:
+            for _ in range(k):
+                if not complete(db, next(leased), replicas=replicas):
+                    raise BenchError("complete did not complete a held item")
+
+        return body
+
+    completing(None)(WARMUP)
+    completing(1)(WARMUP)
+    result.update({key: _rate_result(per) for key in ("complete", "complete_wait")})
+    for _ in range(rounds):
+        _record(result["complete"], _timed_rounds(completing(None), per, 1)["value"])
+        _record(result["complete_wait"], _timed_rounds(completing(1), per, 1)["value"])
+    _drained(q)
+    return result
+
+
+OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
+    "worker_runner": worker_runner,
+    "batch": batch,
+    "memory": memory,
+    "asyncio": asyncio_rates,
+    "wait": wait_cost,
+}
