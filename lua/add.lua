@@ -18,7 +18,7 @@ if delay > 0 or at > 0 then
   now = now_ms()
   due = at > 0 and at or now + delay
 end
-local added, ready = {}, {}
+local added, ready, fresh_ids = {}, {}, {}
 for i = NQ + 5, #ARGV, 2 do
   local id, data = ARGV[i], ARGV[i + 1]
   local key = Q.item .. id
@@ -40,7 +40,7 @@ for i = NQ + 5, #ARGV, 2 do
     fresh = ok
   end
   if fresh then
-    forget(Q, id)
+    fresh_ids[#fresh_ids + 1] = id
   end
   if ok then
     if due > now then
@@ -52,6 +52,10 @@ for i = NQ + 5, #ARGV, 2 do
   else
     added[#added + 1] = 0
   end
+end
+if #fresh_ids > 0 then
+  redis.call('HDEL', Q.deliveries, unpack(fresh_ids))
+  redis.call('HDEL', Q.reasons, unpack(fresh_ids))
 end
 if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))

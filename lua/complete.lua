@@ -9,7 +9,7 @@
 -- looked for near the oldest end of the processing list first (completing in lease order), then
 -- from the newest end (short jobs among long ones), so neither pattern scans the whole list.
 local NEAR = 64
-local done = {}
+local done, ids, leases = {}, {}, {}
 for i = NQ + 1, #ARGV do
   local id = ARGV[i]
   -- The first read of the processing list also fails, before any write, on a key of the wrong
@@ -17,10 +17,21 @@ for i = NQ + 1, #ARGV do
   local near = redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR)
   done[#done + 1] = redis.call('DEL', Q.item .. id)
   redis.call('LREM', Q.processing, near and -1 or 1, id)
-  if redis.call('GET', Q.lease .. id) == DELAY_TOKEN then
-    redis.call('ZREM', Q.delayed, id)
-  end
-  redis.call('DEL', Q.lease .. id)
-  forget(Q, id)
+  ids[#ids + 1] = id
+  leases[#leases + 1] = Q.lease .. id
 end
+-- The leases, delays and bookkeeping of all the items at once.
+local held = redis.call('MGET', unpack(leases))
+local delayed = {}
+for j, value in ipairs(held) do
+  if value == DELAY_TOKEN then
+    delayed[#delayed + 1] = ids[j]
+  end
+end
+if #delayed > 0 then
+  redis.call('ZREM', Q.delayed, unpack(delayed))
+end
+redis.call('DEL', unpack(leases))
+redis.call('HDEL', Q.deliveries, unpack(ids))
+redis.call('HDEL', Q.reasons, unpack(ids))
 return done

@@ -8,7 +8,8 @@
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
 -- arg(4) how many items, arg(5) when nothing is found: ms for which to register the caller as a
 -- worker blocked on the queues (0: it will not block), arg(6) the caller's waiter id ('' when it
--- does not block), arg(6+i) queue i's max deliveries (0: no limit)
+-- does not block), arg(7) '1' when the caller is registered already (it then leaves once it has
+-- items, or when it will not block), arg(7+i) queue i's max deliveries (0: no limit)
 -- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
 -- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
@@ -17,40 +18,47 @@
 -- item is never handed out more than max deliveries times.
 local BUDGET = 100
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
-local count, flag, waiter = tonumber(arg(4)), tonumber(arg(5)), arg(6)
+local count, flag, waiter, registered = tonumber(arg(4)), tonumber(arg(5)), arg(6), arg(7) == '1'
 local budget = BUDGET
 local now = now_ms()
 local out = {}
 for i = 1, NQ do
   local q = queue_at(i)
-  local max = tonumber(arg(6 + i))
+  local max = tonumber(arg(7 + i))
+  -- Read before anything is written: a key of the wrong type fails here.
+  redis.call('LLEN', q.processing)
   promote(q, now, BUDGET)
   while #out < count and budget > 0 do
-    local id = redis.call('LINDEX', q.queue, -1)
-    if not id then
+    -- The oldest ids (at the tail), and their data, in one read each.
+    local ids = redis.call('LRANGE', q.queue, -math.min(count - #out, budget), -1)
+    if #ids == 0 then
       break
     end
-    local data = redis.call('GET', q.item .. id)
-    if not once then
-      -- Pushed first: a processing key of the wrong type fails before anything is written.
-      redis.call('LPUSH', q.processing, id)
+    local keys = {}
+    for j, id in ipairs(ids) do
+      keys[j] = q.item .. id
     end
-    redis.call('RPOP', q.queue)
-    local taken = take(q, id, data, ms, token, max, once, now)
-    if taken then
-      out[#out + 1] = taken
-    else
-      if not once then
-        redis.call('LPOP', q.processing)
+    local data = redis.call('MGET', unpack(keys))
+    redis.call('RPOP', q.queue, #ids)
+    local taken_ids = {}
+    for j = #ids, 1, -1 do
+      local taken = take(q, ids[j], data[j], ms, token, max, once, now)
+      if taken then
+        out[#out + 1] = taken
+        taken_ids[#taken_ids + 1] = ids[j]
+      else
+        budget = budget - 1
       end
-      budget = budget - 1
+    end
+    if not once and #taken_ids > 0 then
+      redis.call('LPUSH', q.processing, unpack(taken_ids))
     end
   end
   if #out >= count then
     break
   end
 end
-if waiter ~= '' and (#out > 0 or flag == 0) then
+if registered and (#out > 0 or flag == 0) then
   for i = 1, NQ do
     leave(queue_at(i), waiter, now)
   end

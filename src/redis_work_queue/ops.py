@@ -745,7 +745,14 @@ class LeasePlan:
         self.limits = tuple(q.max_deliveries for q in queues)
 
     def lease(
-        self, ms: int, token: str, once: str, want: int, flag_ms: int, who: str
+        self,
+        ms: int,
+        token: str,
+        once: str,
+        want: int,
+        flag_ms: int = 0,
+        who: str = "",
+        registered: bool = False,
     ) -> ScriptCall:
         """The lease script call (see lua/lease.lua)."""
         args: tuple[scripts.Arg, ...] = (
@@ -756,6 +763,7 @@ class LeasePlan:
             want,
             flag_ms,
             who,
+            "1" if registered else "0",
             *self.limits,
         )
         return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
@@ -800,7 +808,7 @@ def lease_steps(
     if not block:
         token = new_token()
         while True:
-            reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK), 0, "")
+            reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK))
             if reply != _AGAIN:
                 break
         if not isinstance(reply, list):
@@ -811,12 +819,15 @@ def lease_steps(
     wait_ms = to_ms(timeout, "timeout", minimum=0)
     deadline = time.monotonic() + wait_ms / 1000 if wait_ms else math.inf
     waiter = new_token()
+    registered = False
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
         slice_secs = max(min(remaining, max_block), 0.001)
         flag_ms = round(slice_secs * 1000) + 1000 if remaining > 0.001 else 0
-        reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK), flag_ms, waiter)
+        want = min(count, LEASE_CHUNK)
+        reply = yield plan.lease(ms, token, once, want, flag_ms, waiter, registered)
+        registered = registered or (flag_ms > 0 and not isinstance(reply, list))
         if isinstance(reply, list):
             got = [_leased(row, token, at_most_once) for row in reply]
             more = len(reply) == min(count, LEASE_CHUNK)
@@ -860,7 +871,7 @@ def _lease_rest(
     while more and len(got) < count:
         want = min(count - len(got), LEASE_CHUNK)
         token = new_token()
-        reply = yield plan.lease(ms, token, once, want, 0, "")
+        reply = yield plan.lease(ms, token, once, want)
         if reply == _AGAIN:
             continue
         if not isinstance(reply, list):
