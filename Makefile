@@ -10,12 +10,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
 
+# Everything (tests, lint, bench); the demo needs only the embedded server.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e '.[dev,embedded,prometheus,spark]'
 	touch $@
 
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install $(PIP_QUIET) -e '.[embedded]'
+	touch $@
+
 ## demo: producer + worker processes + cleaner (embedded server unless REDIS_URL is set)
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed-demo
 	$(BIN)/rwq demo
 
 ## test: the whole suite, on redis-server processes it starts itself (and on fakeredis);
