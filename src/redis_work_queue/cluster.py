@@ -17,8 +17,11 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.retry import Retry
 
 from .errors import CrossSlotError
 
@@ -84,7 +87,16 @@ def node_client(db: Any, key: str) -> Any:
             db, "connection_kwargs", {}
         )
         kwargs = {k: v for k, v in settings.items() if k in accepted and k != "retry"}
-        found = kind(host=node.host, port=node.port, **kwargs)
+        # No automatic retry: a write followed by WAIT must not run twice when the reply of
+        # the first run was lost (the caller gets the connection error instead).
+        if isinstance(db, AsyncRedisCluster):
+            found = redis.asyncio.Redis(
+                host=node.host, port=node.port, retry=AsyncRetry(NoBackoff(), 0), **kwargs
+            )
+        else:
+            found = redis.Redis(
+                host=node.host, port=node.port, retry=Retry(NoBackoff(), 0), **kwargs
+            )
         clients[(node.host, node.port)] = found
     return found
 
