@@ -11,10 +11,13 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
+
+T = TypeVar("T", int, float)
 
 #: Every column the reader can produce, and its Spark type.
 COLUMNS = {
@@ -67,24 +70,32 @@ class Options:
             raise InvalidArgumentError(f"the option {name!r} is required")
         return value
 
+    def _parsed(self, name: str, kind: type[T], what: str, minimum: T) -> T | None:
+        """The option ``name`` converted by ``kind``, at least ``minimum``; None when not given.
+
+        Raises:
+            InvalidArgumentError: It does not convert, or is out of range.
+        """
+        value = self.text(name)
+        if value is None or value == "":
+            return None
+        try:
+            number = kind(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"the option {name!r} must be {what}, not {value!r}"
+            ) from None
+        if not math.isfinite(number) or number < minimum:
+            raise InvalidArgumentError(f"the option {name!r} must be at least {minimum}")
+        return number
+
     def optional_number(self, name: str, minimum: float = 0) -> float | None:
         """The option ``name`` as a finite number of at least ``minimum``; None when not given.
 
         Raises:
             InvalidArgumentError: It is not such a number.
         """
-        value = self.text(name)
-        if value is None or value == "":
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"the option {name!r} must be a number, not {value!r}"
-            ) from None
-        if not math.isfinite(number) or number < minimum:
-            raise InvalidArgumentError(f"the option {name!r} must be at least {minimum}")
-        return number
+        return self._parsed(name, float, "a number", float(minimum))
 
     def number(self, name: str, default: float, minimum: float = 0) -> float:
         """The option ``name`` as a finite number of at least ``minimum``, or ``default``.
@@ -101,18 +112,7 @@ class Options:
         Raises:
             InvalidArgumentError: It is not such an int.
         """
-        value = self.text(name)
-        if value is None or value == "":
-            return None
-        try:
-            number = int(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"the option {name!r} must be an integer, not {value!r}"
-            ) from None
-        if number < minimum:
-            raise InvalidArgumentError(f"the option {name!r} must be at least {minimum}")
-        return number
+        return self._parsed(name, int, "an integer", minimum)
 
     def integer(self, name: str, default: int, minimum: int = 1) -> int:
         """The option ``name`` as an int of at least ``minimum``, or ``default``.

@@ -247,8 +247,8 @@ def last_write(db: Redis, queue: str, key: str | None = None) -> WriteReport | N
     )
 
 
-class QueueWriter(DataSourceWriter):
-    """A batch write (``df.write.format(NAME)...save()``, mode append).
+class _RowsWriter:
+    """What batch and streaming writes share: a task adds its partition's rows.
 
     Args:
         options: The write options.
@@ -262,6 +262,10 @@ class QueueWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Row]) -> AddCounts:
         """Add one partition's rows (runs in a task)."""
         return add_rows(self.options, self.rows_to_items, iterator)
+
+
+class QueueWriter(_RowsWriter, DataSourceWriter):
+    """A batch write (``df.write.format(NAME)...save()``, mode append)."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Add up, log and keep the tasks' counts (runs on the driver)."""
@@ -279,21 +283,8 @@ class QueueWriter(DataSourceWriter):
         )
 
 
-class QueueStreamWriter(DataSourceStreamWriter):
-    """A streaming write (``df.writeStream.format(NAME)``): each micro-batch is a batch write.
-
-    Args:
-        options: The write options.
-        schema: The schema of the rows.
-    """
-
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
-        self.options = options
-        self.rows_to_items = RowsToItems(options, schema)
-
-    def write(self, iterator: Iterator[Row]) -> AddCounts:
-        """Add one partition's rows of a micro-batch (runs in a task)."""
-        return add_rows(self.options, self.rows_to_items, iterator)
+class QueueStreamWriter(_RowsWriter, DataSourceStreamWriter):
+    """A streaming write (``df.writeStream.format(NAME)``): each micro-batch is a batch write."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Add up, log and keep the counts of micro-batch ``batchId``."""
