@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TimeoutError
 
-from . import cluster, scripts
+from . import cluster, replicated, scripts
 
 T = TypeVar("T")
 
@@ -64,21 +64,20 @@ Steps = Generator[Call, Any, T]
 
 
 def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
-    """Run a script then WAIT on the same connection (one pipeline).
+    """Run a script then WAIT on the same connection, sent once (see :mod:`.replicated`).
 
-    On Redis Cluster the pipeline goes to a client of the node that owns the slot. A MOVED or
-    ASK reply (the slot moved, or a failover promoted a replica) refreshes the slot map and
-    retries once: the script did not run. A connection error refreshes it too, then propagates:
-    whether the script ran is unknown.
+    On Redis Cluster the pair goes to a client of the node that owns the slot. A MOVED or ASK
+    reply (the slot moved, or a failover promoted a replica) refreshes the slot map and sends
+    it once more: the script did not run. A lost connection refreshes it too, then raises
+    :class:`~redis_work_queue.errors.OutcomeUnknownError`: whether the script ran is unknown.
     """
     assert call.wait is not None
     for attempt in (1, 2):
         node = cluster.node_client(db, call.keys[0]) if clustered else db
-        pipe = node.pipeline(transaction=False)
-        call.script.queue_on(pipe, call.keys, call.args)
-        pipe.execute_command("WAIT", *call.wait)
         try:
-            reply, acked = pipe.execute()
+            reply, acked = replicated.script_and_wait(
+                node, call.script, call.keys, call.args, call.wait
+            )
         except (MovedError, AskError):
             if not clustered or attempt == 2:
                 raise
@@ -92,7 +91,7 @@ def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
             raise
         except ResponseError as err:
             raise scripts.translate_error(err) from err
-        return reply, int(acked)
+        return reply, acked
     raise AssertionError("unreachable")
 
 
@@ -103,25 +102,24 @@ async def _awith_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
         await db.initialize()
     for attempt in (1, 2):
         node = cluster.node_client(db, call.keys[0]) if clustered else db
-        async with node.pipeline(transaction=False) as pipe:
-            call.script.queue_on(pipe, call.keys, call.args)
-            pipe.execute_command("WAIT", *call.wait)
-            try:
-                reply, acked = await pipe.execute()
-            except (MovedError, AskError):
-                if not clustered or attempt == 2:
-                    raise
+        try:
+            reply, acked = await replicated.ascript_and_wait(
+                node, call.script, call.keys, call.args, call.wait
+            )
+        except (MovedError, AskError):
+            if not clustered or attempt == 2:
+                raise
+            cluster.forget_nodes(db)
+            await db.nodes_manager.initialize()
+            continue
+        except (ConnectionError, TimeoutError):
+            if clustered:
                 cluster.forget_nodes(db)
                 await db.nodes_manager.initialize()
-                continue
-            except (ConnectionError, TimeoutError):
-                if clustered:
-                    cluster.forget_nodes(db)
-                    await db.nodes_manager.initialize()
-                raise
-            except ResponseError as err:
-                raise scripts.translate_error(err) from err
-        return reply, int(acked)
+            raise
+        except ResponseError as err:
+            raise scripts.translate_error(err) from err
+        return reply, acked
     raise AssertionError("unreachable")
 
 
