@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+from helpers import in_thread, kill_clients_in, script_calls
 from redis_work_queue import (
     AsyncWorkQueue,
     CrossSlotError,
     Item,
     KeyPrefix,
+    OutcomeUnknownError,
     ReplicationError,
     WorkQueue,
     alease_from,
@@ -488,6 +490,49 @@ def test_asyncio_replicated_add_as_the_first_call_of_a_client(
             await db.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_replicated_write_with_a_lost_reply_is_never_run_again(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """The replica stopped so that WAIT blocks, the writer's connection killed: one script
+    call on the node, and OutcomeUnknownError (sync, then asyncio)."""
+    q = queue(replicas=1, replica_timeout=20)
+    aq = AsyncWorkQueue(q.name, replicas=1, replica_timeout=20)
+    primary = cluster.primary_for(TAG)
+    replica = cluster.replica_of(primary)
+    q.add_item(cluster_db, Item(b"", id="warm"))
+    primary.admin().config_resetstat()
+
+    async def asyncio_add() -> None:
+        db = cluster.async_client()
+        try:
+            task = asyncio.ensure_future(aq.add_item(db, Item(b"b", id="b")))
+            await asyncio.to_thread(kill_clients_in, primary.admin(), "wait")
+            with pytest.raises(OutcomeUnknownError):
+                await asyncio.wait_for(task, 10)
+        finally:
+            await db.aclose()
+
+    replica.pause()
+    try:
+        thread, outcome = in_thread(lambda: q.add_item(cluster_db, Item(b"a", id="a")))
+        kill_clients_in(primary.admin(), "wait")
+        thread.join(10)
+        assert not thread.is_alive()
+        (err,) = outcome
+        assert isinstance(err, OutcomeUnknownError), err
+        assert script_calls(primary.admin()) == 1
+        asyncio.run(asyncio.wait_for(asyncio_add(), 30))
+        assert script_calls(primary.admin()) == 2
+    finally:
+        replica.resume()
+    # Each add happened once: the next one says so.
+    assert q.add_items(cluster_db, [Item(b"a", id="a"), Item(b"b", id="b")], replicas=0) == [
+        False,
+        False,
+    ]
+    assert q.queue_len(cluster_db) == 3
 
 
 # Failover ---------------------------------------------------------------------------------------

@@ -9,9 +9,8 @@ settings. Sync, asyncio and Sentinel-managed clients alike.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,8 @@ from redis.backoff import ConstantBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+import helpers
+from helpers import in_thread
 from redis_work_queue import (
     AsyncWorkQueue,
     Item,
@@ -61,35 +62,11 @@ def pair(replica_pair: ReplicaPair) -> Iterator[ReplicaPair]:
 
 
 def script_calls(primary: Proc) -> int:
-    """EVALSHA and EVAL calls the primary has run since its stats were reset."""
-    stats = primary.admin().info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return helpers.script_calls(primary.admin())
 
 
-def kill_the_waiting_client(primary: Proc, deadline: float = 15.0) -> None:
-    """Wait until a client of ``primary`` is blocked in WAIT, then kill its connection."""
-    admin = primary.admin()
-
-    def waiting() -> list[str]:
-        return [c["id"] for c in admin.client_list() if c.get("cmd") == "wait"]
-
-    ids = poll(waiting, deadline, "a client blocked in WAIT")
-    for client_id in ids:
-        admin.client_kill_filter(_id=client_id)
-
-
-def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException | Any]]:
-    outcome: list[BaseException | Any] = []
-
-    def body() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as err:  # handed to the test
-            outcome.append(err)
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    return thread, outcome
+def kill_the_waiting_client(primary: Proc) -> None:
+    helpers.kill_clients_in(primary.admin(), "wait")
 
 
 CLIENTS: dict[str, dict[str, Any]] = {

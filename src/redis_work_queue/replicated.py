@@ -81,9 +81,11 @@ def _commands(
 
 
 def _settle(first: BaseException | None, reply: Any, acked: Any) -> tuple[Any, int]:
-    """Raise the script's error, if any, once both replies are read."""
+    """Raise the script's error, else WAIT's, once both replies are read."""
     if first is not None:
         raise first
+    if isinstance(acked, ResponseError):
+        raise acked
     return reply, int(acked)
 
 
@@ -153,7 +155,10 @@ def _exchange(
             reply = conn.read_response(disable_decoding=True)
         except ResponseError as err:
             first = err
-        acked = conn.read_response(**_wait_read_options(conn, wait))
+        try:
+            acked = conn.read_response(**_wait_read_options(conn, wait))
+        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
+            acked = err
     except _LOST as err:
         conn.disconnect()
         raise _lost(script.name, first, err) from err
@@ -238,7 +243,10 @@ async def _aexchange(
             reply = await conn.read_response(disable_decoding=True)
         except ResponseError as err:
             first = err
-        acked = await conn.read_response(**_wait_read_options(conn, wait))
+        try:
+            acked = await conn.read_response(**_wait_read_options(conn, wait))
+        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
+            acked = err
     except _LOST as err:
         await conn.disconnect()
         raise _lost(script.name, first, err) from err
