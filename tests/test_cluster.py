@@ -295,6 +295,45 @@ def test_pipelined_adds(cluster_db: RedisCluster) -> None:
     assert [p.id for p in q.peek(cluster_db)] == ["p1", "p2"]
 
 
+@pytest.mark.parametrize("unique", [False, True])
+def test_pipelined_add_without_a_hash_tag_is_refused_before_queuing(
+    cluster: Cluster, cluster_db: RedisCluster, unique: bool
+) -> None:
+    untagged = queue("plain")
+    tagged = queue()
+    pipe = cluster_db.pipeline()
+    method = untagged.add_unique_item_to_pipeline if unique else untagged.add_item_to_pipeline
+    with pytest.raises(CrossSlotError) as raised:
+        method(pipe, Item(b"x", id="x"))
+    assert "{hash tag}" in str(raised.value)
+    assert len(pipe) == 0  # nothing was queued
+    tagged.add_item_to_pipeline(pipe, Item(b"ok", id="ok"))  # the pipeline is still usable
+    pipe.execute()
+    assert cluster.key_count() == 2  # the tagged queue's item and list only
+    assert [p.id for p in tagged.peek(cluster_db)] == ["ok"]
+
+
+def test_asyncio_pipelined_add_without_a_hash_tag_is_refused(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    async def scenario() -> None:
+        db = cluster.async_client()
+        try:
+            await db.initialize()
+            untagged = AsyncWorkQueue(KeyPrefix("plain"))
+            pipe = db.pipeline()
+            for method in (untagged.add_item_to_pipeline, untagged.add_unique_item_to_pipeline):
+                with pytest.raises(CrossSlotError):
+                    method(pipe, Item(b"x", id="x"))
+            assert len(pipe) == 0
+            await pipe.execute()
+        finally:
+            await db.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert cluster.key_count() == 0
+
+
 def test_synchronous_replication_on_the_cluster(cluster: Cluster, cluster_db: RedisCluster) -> None:
     q = queue(replicas=1, replica_timeout=2)
     assert q.add_item(cluster_db, Item(b"w", id="w")) is True

@@ -16,10 +16,11 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
@@ -29,6 +30,7 @@ _NODE_CLIENTS = "_rwq_node_clients"
 
 
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
+_CLUSTER_PIPELINES = (ClusterPipeline, AsyncClusterPipeline)
 _known: dict[type, bool] = {}
 
 
@@ -57,6 +59,16 @@ def slot_of(keys: tuple[str, ...]) -> int:
             f"same tag; keys: {', '.join(sorted(keys)[:4])}..."
         )
     return slots.pop()
+
+
+def check_pipeline(pipeline: object, keys: Sequence[str]) -> None:
+    """On a Redis Cluster pipeline (sync or asyncio), check that ``keys`` share one slot.
+
+    Raises:
+        CrossSlotError: They do not (nothing has been queued on the pipeline).
+    """
+    if isinstance(pipeline, _CLUSTER_PIPELINES):
+        slot_of(tuple(keys))
 
 
 def same_slot(keys: Sequence[str]) -> bool:

@@ -13,6 +13,10 @@ class InvalidArgumentError(WorkQueueError, ValueError):
     """An argument was rejected before anything was sent to Redis."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong Python type (also a ``TypeError``, as Python's own checks)."""
+
+
 class WrongKeyTypeError(WorkQueueError, TypeError):
     """A key of the queue holds a Redis value of the wrong type (the queue was not touched)."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import InvalidArgumentTypeError
+
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
@@ -31,7 +33,10 @@ class KeyPrefix:
 
     def __init__(self, prefix: str) -> None:
         if not isinstance(prefix, str):
-            raise TypeError(f"a key prefix must be a str, not {type(prefix).__name__}")
+            raise InvalidArgumentTypeError(
+                f"a key prefix must be a str, not {type(prefix).__name__}: "
+                f"write KeyPrefix({str(prefix)[:40]!r})"
+            )
         self.prefix = prefix
 
     def of(self, name: str) -> str:

@@ -170,6 +170,7 @@ class WorkQueue(QueueBase):
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
         call = self.ops.add_call([check_item(item)], unique=True)
+        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
         call.script.queue_on(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
