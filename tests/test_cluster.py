@@ -32,6 +32,7 @@ from redis_work_queue import (
     alease_from,
     lease_from,
 )
+from redis_work_queue.server import acheck_eviction, check_eviction, eviction_policy
 from servers import (  # noqa: F401 (the fixtures)
     Cluster,
     Proc,
@@ -572,6 +573,28 @@ def test_replicated_write_with_a_lost_reply_is_never_run_again(
         False,
     ]
     assert q.queue_len(cluster_db) == 3
+
+
+def test_eviction_policy_of_every_primary(cluster: Cluster, cluster_db: RedisCluster) -> None:
+    """One primary that may evict is enough for the warning (sync and asyncio)."""
+    assert eviction_policy(cluster_db) == "noeviction"
+    assert check_eviction(cluster_db) is None
+    loose = cluster.primaries()[1]
+    loose.admin().config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert eviction_policy(cluster_db) == "allkeys-lru"
+        assert "allkeys-lru" in (check_eviction(cluster_db) or "")
+
+        async def scenario() -> str | None:
+            db = cluster.async_client()
+            try:
+                return await acheck_eviction(db)
+            finally:
+                await db.aclose()
+
+        assert "allkeys-lru" in (asyncio.run(asyncio.wait_for(scenario(), 30)) or "")
+    finally:
+        loose.admin().config_set("maxmemory-policy", "noeviction")
 
 
 # Failover ---------------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from . import cluster
 from .errors import WorkQueueError
-from .protocol import Command, aexecute, execute
+from .protocol import Command
+from .scripts import araw_command, raw_command
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +97,14 @@ def _policy_steps() -> _Steps:
     return _worst(_found(reply, "maxmemory_policy"))
 
 
+def _targets(db: Any) -> dict[str, Any]:
+    """On Redis Cluster, ask every primary (each has its own policy)."""
+    return {"target_nodes": db.get_primaries()} if cluster.is_cluster(db) else {}
+
+
 def _drive(db: Any, steps: _Steps) -> str | None:
     """Run the steps, handing a refused command back to them as its error."""
+    options = _targets(db)
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -106,12 +114,15 @@ def _drive(db: Any, steps: _Steps) -> str | None:
             result: str | None = done.value
             return result
         try:
-            reply, error = execute(db, call), None
+            reply, error = raw_command(db, *call.args, **options), None
         except (RedisError, WorkQueueError) as err:
             reply, error = None, err
 
 
 async def _adrive(db: Any, steps: _Steps) -> str | None:
+    if cluster.is_cluster(db):
+        await db.initialize()  # a new client reads the slot map on first use
+    options = _targets(db)
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -121,7 +132,7 @@ async def _adrive(db: Any, steps: _Steps) -> str | None:
             result: str | None = done.value
             return result
         try:
-            reply, error = await aexecute(db, call), None
+            reply, error = await araw_command(db, *call.args, **options), None
         except (RedisError, WorkQueueError) as err:
             reply, error = None, err
 
