@@ -196,3 +196,22 @@ def test_sentinel_managed_client_never_reruns(sentinel_setup: SentinelSetup) -> 
         replica.resume()
     assert q.add_item(db, Item(b"two", id="two"), replicas=0) is False
     db.close()
+
+
+def test_a_batch_reports_the_chunks_written_before_the_lost_reply() -> None:
+    """The error carries what is known: the chunks acknowledged before the one that was lost."""
+    q = WorkQueue(P, replicas=1)
+    lost = OutcomeUnknownError("add", redis.ConnectionError("reset"))
+    steps = q.ops.add([Item(b"", id=f"i{n}") for n in range(700)], False)
+    first = next(steps)
+    assert len(first.args) > 500  # the first chunk: 500 items
+    steps.send(([1] * 500, 1))  # its reply, acknowledged by one replica
+    with pytest.raises(OutcomeUnknownError) as raised:
+        steps.throw(lost)
+    assert raised.value.result == [True] * 500
+    # One item: nothing is known.
+    one = q.ops.add_one(Item(b"", id="x"), False)
+    next(one)
+    with pytest.raises(OutcomeUnknownError) as single:
+        one.throw(OutcomeUnknownError("add", redis.ConnectionError("reset")))
+    assert single.value.result is None

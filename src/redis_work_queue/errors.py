@@ -62,6 +62,8 @@ class OutcomeUnknownError(WorkQueueError, ConnectionError):
 
     Attributes:
         operation: The script that was sent (``add``, ``complete``, ...).
+        result: For a batch (``add_items``, ``complete_many``), the results of the chunks
+            written before the one whose outcome is unknown; None otherwise.
     """
 
     def __init__(self, operation: str, cause: BaseException) -> None:
@@ -72,3 +74,4 @@ class OutcomeUnknownError(WorkQueueError, ConnectionError):
             "returns False if the add happened, complete returns False if the item is gone"
         )
         self.operation = operation
+        self.result: object = None

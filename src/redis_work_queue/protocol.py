@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TimeoutError
 
 from . import cluster, replicated, scripts
+from .errors import OutcomeUnknownError
 
 T = TypeVar("T")
 
@@ -142,11 +143,20 @@ def execute(db: Any, call: Call) -> Any:
 
 
 def run(db: Any, steps: Steps[T]) -> T:
-    """Drive an operation to its end on a synchronous client."""
+    """Drive an operation to its end on a synchronous client.
+
+    A write whose outcome is unknown is thrown into the operation, which may add what it knows
+    (the chunks written before) and re-raises it.
+    """
     try:
         call = next(steps)
         while True:
-            call = steps.send(execute(db, call))
+            try:
+                reply = execute(db, call)
+            except OutcomeUnknownError as err:
+                call = steps.throw(err)
+                continue
+            call = steps.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -171,11 +181,16 @@ async def aexecute(db: Any, call: Call) -> Any:
 
 
 async def arun(db: Any, steps: Steps[T]) -> T:
-    """Drive an operation to its end on a ``redis.asyncio`` client."""
+    """Drive an operation to its end on a ``redis.asyncio`` client; as :func:`run`."""
     try:
         call = next(steps)
         while True:
-            call = steps.send(await aexecute(db, call))
+            try:
+                reply = await aexecute(db, call)
+            except OutcomeUnknownError as err:
+                call = steps.throw(err)
+                continue
+            call = steps.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
