@@ -71,6 +71,7 @@ def kill_the_waiting_client(primary: Proc) -> None:
 
 CLIENTS: dict[str, dict[str, Any]] = {
     "default retry": {},
+    "resp3, decoded replies": {"protocol": 3, "decode_responses": True},
     "retry on timeout, 5 retries": {
         "retry_on_timeout": True,
         "retry": Retry(ConstantBackoff(0.05), 5),
