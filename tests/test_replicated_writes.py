@@ -216,3 +216,34 @@ def test_a_batch_reports_the_chunks_written_before_the_lost_reply() -> None:
     with pytest.raises(OutcomeUnknownError) as single:
         one.throw(OutcomeUnknownError("add", redis.ConnectionError("reset")))
     assert single.value.result is None
+
+
+def test_single_connection_clients(pair: ReplicaPair) -> None:
+    """A client with one connection of its own sends the pair on that connection."""
+    pair.replica.resume()
+    primary = pair.primary
+    db = redis.Redis(host=primary.host, port=primary.port, single_connection_client=True)
+    q = WorkQueue(P, replicas=1, replica_timeout=5)
+    try:
+        assert q.add_item(db, Item(b"", id="a")) is True
+        assert q.add_item(db, Item(b"", id="a")) is False
+        assert q.queue_len(db) == 1
+    finally:
+        db.close()
+
+    async def scenario() -> None:
+        adb = redis.asyncio.Redis(
+            host=primary.host, port=primary.port, single_connection_client=True
+        )
+        aq = AsyncWorkQueue(P, replicas=1, replica_timeout=5)
+        try:
+            results = await asyncio.gather(
+                *(aq.add_item(adb, Item(b"", id=f"c{n}")) for n in range(5))
+            )
+            assert results == [True] * 5  # concurrent tasks share the one connection in turn
+            assert await aq.queue_len(adb) == 6
+        finally:
+            await adb.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert helpers.script_calls(primary.admin()) == 7

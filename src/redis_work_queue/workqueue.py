@@ -50,7 +50,9 @@ class QueueBase:
         replica_timeout: How long to wait for the replicas, in seconds.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
+        InvalidArgumentError: An argument is out of range, or the name holds a segment that
+            another queue keeps per-item keys under (``x:item``, ``x:dead:y``; see
+            :func:`~redis_work_queue.keyprefix.check_queue_name`).
     """
 
     def __init__(
