@@ -247,3 +247,34 @@ def test_single_connection_clients(pair: ReplicaPair) -> None:
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
     assert helpers.script_calls(primary.admin()) == 7
+
+
+def test_asyncio_sentinel_managed_client_never_reruns(sentinel_setup: SentinelSetup) -> None:
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # noqa: PLC0415
+
+    primary = sentinel_setup.by_port(sentinel_setup.master_port())
+    replica = next(p for p in sentinel_setup.pair.procs() if p is not primary)
+    primary.admin().flushall()
+    poll(lambda: in_sync(primary, replica), 10, "the replica to be in sync")
+
+    async def scenario() -> None:
+        sentinel = AsyncSentinel([sentinel_setup.address], socket_timeout=2)
+        db = sentinel.master_for(MASTER_NAME, socket_timeout=30)
+        q = AsyncWorkQueue(P, replicas=1, replica_timeout=PATIENT)
+        try:
+            await q.add_item(db, Item(b"", id="warm"), replicas=0)
+            primary.admin().config_resetstat()
+            replica.pause()
+            try:
+                task = asyncio.ensure_future(q.add_item(db, Item(b"two", id="two")))
+                await asyncio.to_thread(kill_the_waiting_client, primary)
+                with pytest.raises(OutcomeUnknownError):
+                    await asyncio.wait_for(task, 10)
+            finally:
+                replica.resume()
+            assert script_calls(primary) == 1
+            assert await q.add_item(db, Item(b"two", id="two"), replicas=0) is False
+        finally:
+            await db.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
