@@ -13,6 +13,7 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from . import cluster
 from .item import Item
 from .ops import (
     CleanReport,
@@ -72,6 +73,7 @@ class AsyncWorkQueue(QueueBase):
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
         call = self.ops.add_call([check_item(item)], unique=True)
+        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
         call.script.queue_on(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from . import scripts
-from .errors import InvalidArgumentError, ReplicationError
+from .errors import InvalidArgumentError, OutcomeUnknownError, ReplicationError
 from .item import Item
 from .keyprefix import QueueKeys
 from .protocol import Command, ScriptCall, Sleep, Steps
@@ -409,7 +409,11 @@ class QueueOps:
         self.add_call([], unique, delay, ttl)  # validates the options before anything is sent
         added: list[bool] = []
         for chunk in _add_chunks(checked):
-            reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+            try:
+                reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+            except OutcomeUnknownError as err:
+                err.result = added
+                raise
             flags = reply if wait is None else reply[0]
             added += (bool(flag) for flag in flags)
             self._check_acked(wait, reply, added)
@@ -438,6 +442,9 @@ class QueueOps:
             err.result = (
                 bool(err.result[0]) if isinstance(err.result, list) and err.result else False
             )
+            raise
+        except OutcomeUnknownError as err:
+            err.result = None  # one item: nothing is known
             raise
         return added[0]
 
@@ -504,7 +511,11 @@ class QueueOps:
         wait = self._wait(replicas)
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
-            reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+            try:
+                reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+            except OutcomeUnknownError as err:
+                err.result = done
+                raise
             flags = reply if wait is None else reply[0]
             done += (item for item, flag in zip(chunk, flags, strict=True) if flag)
             self._check_acked(wait, reply, done)
@@ -522,6 +533,9 @@ class QueueOps:
             done = yield from self.complete([item], replicas)
         except ReplicationError as err:
             err.result = bool(err.result)
+            raise
+        except OutcomeUnknownError as err:
+            err.result = None  # one item: nothing is known
             raise
         return bool(done)
 

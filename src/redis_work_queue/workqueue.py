@@ -50,7 +50,9 @@ class QueueBase:
         replica_timeout: How long to wait for the replicas, in seconds.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
+        InvalidArgumentError: An argument is out of range, or the name holds a segment that
+            another queue keeps per-item keys under (``x:item``, ``x:dead:y``; see
+            :func:`~redis_work_queue.keyprefix.check_queue_name`).
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class WorkQueue(QueueBase):
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
         call = self.ops.add_call([check_item(item)], unique=True)
+        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
         call.script.queue_on(pipeline, call.keys, call.args)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
