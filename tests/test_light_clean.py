@@ -11,7 +11,7 @@ import redis
 from conftest import RedisServer
 from helpers import lrange, wait_for
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
-from redis_work_queue.ops import CLEAN_CHUNK
+from redis_work_queue.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("lc")
 
@@ -94,7 +94,7 @@ def test_requeued_items_go_to_the_end_of_the_queue(db: redis.Redis, queue: WorkQ
 
 
 def test_more_than_one_chunk(db: redis.Redis, queue: WorkQueue) -> None:
-    total = CLEAN_CHUNK * 2 + 17
+    total = CLEAN_FIRST * 5 + 17
     db.lpush("lc:processing", *[str(i) for i in range(total)])
     db.mset({f"lc:item:{i}": b"" for i in range(total) if i % 3 != 2})
     db.mset({f"lc:lease:{i}": b"t" for i in range(total) if i % 3 == 0})

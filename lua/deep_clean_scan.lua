@@ -1,0 +1,20 @@
+-- deep_clean_scan: one SCAN step of the deep clean over the queue's data keys.
+--#include queue.lua
+--#include hold.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) SCAN cursor, arg(2) COUNT hint, arg(3) the pattern of the data keys (P:item:*, with P
+-- glob-escaped)
+-- Returns {microseconds this call held Redis, next cursor, data keys seen, {ids}}: the ids of the
+-- data keys seen that have no lease key (only those can be lost).
+-- Keeps: writes nothing; never KEYS, and only this queue's data keys match the pattern.
+local found = redis.call('SCAN', arg(1), 'MATCH', arg(3), 'COUNT', tonumber(arg(2)))
+local keys = found[2]
+local ids = {}
+local skip = #Q.item
+for _, key in ipairs(keys) do
+  local id = string.sub(key, skip + 1)
+  if redis.call('EXISTS', Q.lease .. id) == 0 then
+    ids[#ids + 1] = id
+  end
+end
+return {elapsed(), found[1], #keys, ids}
