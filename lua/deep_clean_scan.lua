@@ -6,7 +6,17 @@
 -- glob-escaped)
 -- Returns {microseconds this call held Redis, next cursor, data keys seen, {ids}}: the ids of the
 -- data keys seen that have no lease key (only those can be lost).
--- Keeps: writes nothing; never KEYS, and only this queue's data keys match the pattern.
+-- Keeps: writes nothing; never KEYS, and only this queue's data keys match the pattern. As the
+-- first call of a deep clean it reads every key of the queue that a later step may write, so a
+-- key of the wrong type fails the clean before anything is written.
+redis.call('LLEN', Q.queue)
+redis.call('LLEN', Q.processing)
+redis.call('LLEN', Q.wake)
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
+redis.call('ZCARD', Q.dead)
+redis.call('ZCARD', Q.delayed)
+redis.call('ZCARD', Q.waiting)
 local found = redis.call('SCAN', arg(1), 'MATCH', arg(3), 'COUNT', tonumber(arg(2)))
 local keys = found[2]
 local ids = {}
