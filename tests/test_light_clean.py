@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from conftest import RedisServer
-from helpers import lrange, wait_for
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
+from helpers import b, lrange, wait_for
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning
 from redis_work_queue.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("lc")
@@ -178,3 +178,34 @@ def test_light_clean_of_100k_never_holds_redis(
     assert offenders == [], f"calls that held Redis >= 10 ms: {offenders}"
     assert "EVAL" in control
     assert elapsed < 30
+
+
+def test_forgets_bookkeeping_left_by_a_foreign_complete(db: redis.Redis, queue: WorkQueue) -> None:
+    """A client of another implementation completes an item leased here (DEL data, LREM, DEL
+    lease): its delivery count and reason are left behind, and the light clean drops them."""
+    queue.add_item(db, Item(b"", id="f"))
+    queue.add_item(db, Item(b"", id="kept"))
+    assert queue.lease(db, 30, block=False) is not None
+    db.hset("lc:reasons", mapping={"f": "boom", "kept": "x"})
+    db.delete("lc:item:f")
+    db.lrem("lc:processing", 0, "f")
+    db.delete("lc:lease:f")
+    assert queue.light_clean(db) == CleanReport(forgotten=1)  # one item, both entries
+    assert not db.exists("lc:deliveries")
+    assert [b(k) for k in db.hkeys("lc:reasons")] == [b"kept"]
+
+
+def test_forgetting_is_bounded_per_pass(
+    db: redis.Redis, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cleaning, "FORGET_PER_PASS", 50)
+    total = 1000
+    db.hset("lc:deliveries", mapping={f"g{i}": 1 for i in range(total)})
+    first = queue.light_clean(db).forgotten
+    assert 0 < first < total
+    forgotten, passes = first, 1
+    while forgotten < total and passes < 50:
+        forgotten += queue.light_clean(db).forgotten
+        passes += 1
+    assert forgotten == total
+    assert not db.exists("lc:deliveries")

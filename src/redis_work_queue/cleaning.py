@@ -68,7 +68,8 @@ class CleanReport:
             because they were a second entry of the same id).
         dead: Items moved to the dead-letter store: their lease expired on their last allowed
             delivery.
-        forgotten: Delivery counts and reasons dropped because their item no longer exists.
+        forgotten: Items whose delivery count and reason were dropped because the item no longer
+            exists.
     """
 
     examined: int = 0
