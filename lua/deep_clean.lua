@@ -30,10 +30,15 @@ for _, held in ipairs(mine) do
   local id = held[1]
   redis.call('DEL', Q.lease .. id)
   if held[2] then
-    enqueue(Q, id, false)
     requeued[#requeued + 1] = id
   else
     forget(Q, id)
   end
+end
+for i = 1, #requeued, 1000 do
+  redis.call('LPUSH', Q.queue, unpack(requeued, i, math.min(i + 999, #requeued)))
+end
+if #requeued > 0 then
+  wake(Q, #requeued)
 end
 return {elapsed(), requeued}

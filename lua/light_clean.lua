@@ -39,8 +39,8 @@ leave(Q, '', now)
 if #ids > 0 then
   redis.call('RPOP', Q.processing, #ids)
 end
-local requeued, dropped, buried = 0, 0, 0
-local seen, live = {}, {}
+local dropped, buried = 0, 0
+local seen, live, back = {}, {}, {}
 for i = #ids, 1, -1 do
   local id = ids[i]
   if seen[id] then
@@ -62,8 +62,7 @@ for i = #ids, 1, -1 do
       if n > 0 then
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
-      enqueue(Q, id, false)
-      requeued = requeued + 1
+      back[#back + 1] = id
     end
   end
   seen[id] = true
@@ -71,4 +70,10 @@ end
 for i = 1, #live, 1000 do
   redis.call('LPUSH', Q.processing, unpack(live, i, math.min(i + 999, #live)))
 end
-return {#ids, requeued, dropped, buried, promoted, elapsed()}
+for i = 1, #back, 1000 do
+  redis.call('LPUSH', Q.queue, unpack(back, i, math.min(i + 999, #back)))
+end
+if #back > 0 then
+  wake(Q, #back)
+end
+return {#ids, #back, dropped, buried, promoted, elapsed()}
