@@ -6,12 +6,13 @@ Redis for about :data:`CLEAN_TARGET_US`.
 
 The deep clean in seven steps, each linear in what it reads:
 
-1. SCAN the queue's data keys (``deep_clean_scan``); keep the ids without a lease key.
+1. SCAN the queue's data keys (``deep_clean_scan``).
 2. Walk the main queue from its head (``deep_clean_walk``); drop the ids seen there. What is
-   left are suspects: lost from both lists, on the processing list with an expired lease, or
-   queued after the walk passed their place.
-3. Hold each suspect that still exists and has no lease (``deep_clean_hold``): the hold is a
-   lease key with the run's token, so from now on nothing queues the item.
+   left are suspects: leased, lost from both lists, on the processing list with an expired
+   lease, or queued after the walk passed their place.
+3. Hold each suspect that still exists and has no lease key (``deep_clean_hold``), so neither
+   leased nor delayed: the hold is a lease key with the run's token, so from now on nothing
+   queues the item.
 4. Walk the main queue again; a held id met there loses its hold in the same call (it is queued).
    A held id not met is not on the main queue, and cannot enter it while held.
 5. One light-clean pass of as many pops from the tail of the processing list as it has entries
@@ -209,6 +210,10 @@ class _Tally:
         )
 
 
+def _key_bytes(key: bytes | str) -> bytes:
+    return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
+
+
 def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> Steps[None]:
     """Examine ``total`` entries from the tail of the processing list (fewer if it runs out).
 
@@ -314,17 +319,18 @@ def deep_clean(
     keys = ops.keys
     tally = _Tally("deep clean", keys.prefix, progress)
     tally.tick(force=True)
-    # 1. The data keys without a lease.
+    # 1. The data keys.
     candidates: dict[bytes, None] = {}
     pace = Pace(WALK_MAX)
     pattern = keys.item_pattern()
+    skip = len(keys.item_prefix.encode("utf-8"))
     cursor: Any = 0
     while True:
         count = pace.size
-        elapsed_us, cursor, seen, ids = yield ops._call("deep_clean_scan", cursor, count, pattern)
+        elapsed_us, cursor, found = yield ops._call("deep_clean_scan", cursor, count, pattern)
         pace.update(count, int(elapsed_us))
-        tally.examined += int(seen)
-        candidates.update(dict.fromkeys(ids))
+        tally.examined += len(found)
+        candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
         tally.timed(int(elapsed_us))
         if int(cursor) == 0:
             break
