@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from conftest import Backend
-from helpers import b, dump_state, lrange
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts
+from helpers import b, dump_state, lrange, wait_for
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning, scripts
 from redis_work_queue.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("dc")
@@ -357,3 +357,33 @@ def test_light_clean_requeues_a_held_id_it_pops(db: redis.Redis, queue: WorkQueu
     assert queue.light_clean(db) == CleanReport(examined=1, requeued=1)
     assert lrange(db, "dc:queue") == [b"h"]
     assert not db.exists("dc:lease:h")
+
+
+def test_holds_of_a_crashed_deep_clean_lapse(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deep clean that dies after holding its suspects leaves holds that lapse; the item is
+    then as before, and the next deep clean queues it once."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    db.set("dc:item:c", b"")
+    monkeypatch.setattr(cleaning, "HOLD_MS", 300)
+
+    hold = scripts.load("deep_clean_hold")
+    original = db.execute_command
+
+    def spy(*args: Any, **options: Any) -> Any:
+        reply = original(*args, **options)
+        if args[1] in (hold.sha, hold.sha.encode(), hold.script):
+            raise ConnectionError("the cleaner died")
+        return reply
+
+    monkeypatch.setattr(db, "execute_command", spy)
+    with pytest.raises(ConnectionError):
+        queue.deep_clean(db)
+    assert b(other.get("dc:lease:c")).startswith(b"deep-clean:")
+    assert queue.deep_clean(other).requeued == 0  # held: not this run's business
+    wait_for(lambda: not other.exists("dc:lease:c"), timeout=10, what="the hold to lapse")
+    assert queue.deep_clean(other).requeued == 1
+    assert lrange(other, "dc:queue") == [b"c"]
