@@ -855,7 +855,7 @@ def clean_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
             Row(
                 "  longest call",
                 secs(call),
-                f"(p99 {secs(get(key, 'p99_call'))})",
+                f"(p50 {secs(get(key, 'p50_call'))}, p99 {secs(get(key, 'p99_call'))})",
                 times(div(call, call0)),
                 "/0.1% lost",
                 f"<= {secs(LONGEST_CALL)}",
@@ -870,7 +870,7 @@ def clean_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
         Row(
             f"light_clean, {count(s.lost_base)} entries: longest call",
             secs(call),
-            f"(p99 {secs(get(key, 'p99_call'))})",
+            f"(p50 {secs(get(key, 'p50_call'))}, p99 {secs(get(key, 'p99_call'))})",
             "",
             "",
             f"<= {secs(LIGHT_LONGEST_CALL)}",
