@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import fakeredis
 import pytest
 import redis
 import redis.asyncio
@@ -134,7 +135,11 @@ class Race:
 
     def async_deep_cleaner(self) -> None:
         async def loop() -> None:
-            db = redis.asyncio.Redis.from_url(self.backend.url)
+            db: Any
+            if self.backend.real:
+                db = redis.asyncio.Redis.from_url(self.backend.url)
+            else:
+                db = fakeredis.FakeAsyncRedis(server=self.backend.fake_server)
             queue = AsyncWorkQueue(KeyPrefix(PREFIX))
             try:
                 while not self.stop.is_set():
@@ -165,10 +170,10 @@ class Race:
 
 
 def test_deep_cleans_next_to_workers_cleaners_and_a_foreign_client(
-    real_backend: Backend,
+    bytes_backend: Backend,
 ) -> None:
-    race = Race(real_backend)
-    db = real_backend.client()
+    race = Race(bytes_backend)
+    db = bytes_backend.client()
     # Items numbered 0..TOTAL-1: a third queued, a third lost from both lists (data key only),
     # a third leased by a worker that died and whose processing entry is lost too.
     queued = [Item(f"d{i}".encode(), id=str(i)) for i in range(0, TOTAL, 3)]
