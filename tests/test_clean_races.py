@@ -29,7 +29,9 @@ TOTAL = 1500
 LEASE_SECS = 0.4
 
 #: One atomic snapshot: the ids listed twice on the main queue, and the ids on the main queue
-#: whose lease key is a lease of this library ('<token>@<ms>') or a delay.
+#: whose lease key is a lease of this library ('<token>@<ms>') or a delay. A lease of the
+#: foreign client is left out: between its RPOPLPUSH and its SET, any cleaner of the reference
+#: design takes the unleased id for an expired lease and may requeue it (the design's window).
 MONITOR = """
 local ids = redis.call('LRANGE', KEYS[1], 0, -1)
 local seen, twice, leased = {}, {}, {}
