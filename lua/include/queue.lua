@@ -45,7 +45,11 @@ local function wrong_type(...)
       keys = {keys}
     end
     for _, key in ipairs(keys) do
-      if type(redis.pcall(TYPED_READ[kind], key)) == 'table' then
+      local read = redis.pcall(TYPED_READ[kind], key)
+      if type(read) == 'table' then
+        if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
+          redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
+        end
         local found = redis.call('TYPE', key)
         return 'WRONGTYPE ' .. key .. ' holds a ' .. (found.ok or found) .. ', not a ' .. kind
       end
