@@ -128,6 +128,7 @@ def wait_for(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.real_redis
 def test_the_user_is_restricted(user_db: redis.Redis) -> None:
     """Control: the user cannot touch another prefix's keys, nor run other commands."""
     with pytest.raises(ScriptError, match=r"(?i)no permissions"):
@@ -138,6 +139,7 @@ def test_the_user_is_restricted(user_db: redis.Redis) -> None:
         user_db.keys("*")
 
 
+@pytest.mark.real_redis
 def test_the_whole_sync_api_runs_as_the_user(
     user_db: redis.Redis, admin: redis.Redis, acl_server: RedisServer
 ) -> None:
@@ -227,6 +229,7 @@ def test_the_whole_sync_api_runs_as_the_user(
     assert admin.dbsize() == 0
 
 
+@pytest.mark.real_redis
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_the_worker_runs_as_the_user(
     admin: redis.Redis, acl_server: RedisServer, processes: bool
@@ -257,6 +260,7 @@ def test_the_worker_runs_as_the_user(
     assert out["stats"].completed == 2 and out["stats"].failed == 1
 
 
+@pytest.mark.real_redis
 def test_the_whole_asyncio_api_runs_as_the_user(
     admin: redis.Redis, acl_server: RedisServer, protocol: int
 ) -> None:
