@@ -43,7 +43,12 @@ from redis_work_queue.health import alive_workers, live_workers
 from redis_work_queue.ops import MAX_SECS
 from redis_work_queue.runner import REASON_MAX_BYTES, failure_reason
 from runner_handlers import job
-from servers import Proc, start_server
+from servers import (  # noqa: F401 (the fixtures)
+    Proc,
+    cluster_db_fixture,
+    cluster_fixture,
+    start_server,
+)
 
 P = "rn"
 TAG = "rn-test"
@@ -611,3 +616,187 @@ def test_rwq_worker_fatal_error_exits_1_with_one_line(server: Proc) -> None:
 def test_rwq_worker_unreachable_at_start_exits_3() -> None:
     result = rwq("redis://127.0.0.1:1/0", "worker", "runner_handlers:record", P)
     assert result.returncode == 3
+
+
+# Outcomes whose reply is lost ---------------------------------------------------------------------
+
+
+class LosingReplies(WorkQueue):
+    """A queue whose first complete and first release run on the server, then lose the reply."""
+
+    lost: set[str]
+
+    def complete(self, db: redis.Redis, item: Item, replicas: int | None = None) -> bool:
+        result = super().complete(db, item, replicas)
+        if "complete" not in self.lost:
+            self.lost.add("complete")
+            raise redis.ConnectionError("reply lost after the script ran")
+        return result
+
+    def release_outcome(self, db: redis.Redis, item: Item, *args: Any, **kwargs: Any) -> Any:
+        result = super().release_outcome(db, item, *args, **kwargs)
+        if "release" not in self.lost:
+            self.lost.add("release")
+            raise redis.ConnectionError("reply lost after the script ran")
+        return result
+
+
+class ALosingReplies(AsyncWorkQueue):
+    """Asynchronous :class:`LosingReplies`."""
+
+    lost: set[str]
+
+    async def complete(self, db: Any, item: Item, replicas: int | None = None) -> bool:
+        result = await super().complete(db, item, replicas)
+        if "complete" not in self.lost:
+            self.lost.add("complete")
+            raise redis.ConnectionError("reply lost after the script ran")
+        return result
+
+    async def release_outcome(self, db: Any, item: Item, *args: Any, **kwargs: Any) -> Any:
+        result = await super().release_outcome(db, item, *args, **kwargs)
+        if "release" not in self.lost:
+            self.lost.add("release")
+            raise redis.ConnectionError("reply lost after the script ran")
+        return result
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_outcome_whose_reply_was_lost_is_retried_and_counted_right(
+    server: Proc, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A complete that ran but lost its reply is retried; the retry returns False and the item
+    counts as completed, not lost. A lost release reply is retried and said so."""
+    caplog.set_level(logging.INFO, logger="redis_work_queue")
+    db = server.client()
+    queue: Any = ALosingReplies(KeyPrefix(P)) if kind == "asyncio" else LosingReplies(KeyPrefix(P))
+    queue.lost = set()
+    add(db, server.url, ["ok"])
+    add(db, server.url, ["bad"], fail=True)
+    options = {**QUICK, "backoff": 30.0, "max_backoff": 30.0}
+    if kind == "asyncio":
+        worker: Any = AsyncWorker(server.url, [queue], runner_handlers.arecord, **options)
+    else:
+        worker = Worker(server.url, [queue], runner_handlers.record, **options)
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        out["stats"] = asyncio.run(worker.run(signals=())) if kind == "asyncio" else worker.run(())
+
+    run = Running(kind, worker, threading.Thread(target=target, daemon=True), out)
+    run.thread.start()
+    try:
+        wait_for(lambda: queue.lost == {"complete", "release"}, timeout=JOIN_SECS, what="both")
+        wait_for(lambda: WorkQueue(KeyPrefix(P)).stats(db).delayed == 1, timeout=JOIN_SECS)
+        wait_for(lambda: WorkQueue(KeyPrefix(P)).processing(db) == 0, timeout=JOIN_SECS)
+        stats = run.stop()
+    finally:
+        worker.stop()
+    assert (stats.completed, stats.failed, stats.lost) == (1, 1, 0)
+    assert messages(caplog, "the retried completion found it done") == 1
+    assert messages(caplog, "the retried release found the first try had run") == 1
+    assert messages(caplog, "Redis is unavailable", logging.WARNING) == 2
+
+
+# Heartbeat script and Redis Cluster ---------------------------------------------------------------
+
+
+def test_heartbeat_checks_key_types_before_writing(server: Proc) -> None:
+    from redis_work_queue.errors import WrongKeyTypeError  # noqa: PLC0415
+    from redis_work_queue.health import heartbeat_steps  # noqa: PLC0415
+    from redis_work_queue.protocol import run as run_steps  # noqa: PLC0415
+
+    db = server.client()
+    keys = WorkQueue(KeyPrefix(P)).keys
+    db.set(keys.worker("w1"), "a string")
+    with pytest.raises(WrongKeyTypeError):
+        run_steps(db, heartbeat_steps(keys, "w1", 1000, {"host": "h"}))
+    assert not db.exists(keys.workers) and db.get(keys.worker("w1")) == b"a string"
+    db.delete(keys.worker("w1"))
+    db.set(keys.workers, "a string")
+    with pytest.raises(WrongKeyTypeError):
+        run_steps(db, heartbeat_steps(keys, "w1", 1000, {"host": "h"}))
+    assert not db.exists(keys.worker("w1"))
+    db.delete(keys.workers)
+    assert run_steps(db, heartbeat_steps(keys, "w1", 1000, {"host": "h"})) == 1
+    assert run_steps(db, heartbeat_steps(keys, "w2", 1000, {"host": "h"})) == 2
+    assert run_steps(db, heartbeat_steps(keys, "w1", 0, {})) == 1
+    assert db.zrange(keys.workers, 0, -1) == [b"w2"]
+
+
+def test_worker_on_redis_cluster_beats_and_cleans_in_its_queue_slot(cluster_db: Any) -> None:
+    from redis.crc import key_slot  # noqa: PLC0415
+
+    name = "{rn}:jobs"
+    queue = WorkQueue(KeyPrefix(name))
+    url = "redis://unused"  # the handler records on the cluster client below
+    for item_id in ("a", "b"):
+        queue.add_item(cluster_db, Item(job(url, TAG), id=item_id))
+    seen: list[str] = []
+    orphan = Item(b"{}", id="orphan")
+    queue.add_item(cluster_db, orphan)
+    assert queue.lease(cluster_db, 0.3, block=False) is not None  # its holder "dies"
+
+    def handler(item: Item) -> None:
+        seen.append(item.id())
+
+    worker = Worker(cluster_db, [queue], handler, **{**QUICK, "clean_secs": 0.5})
+    thread = threading.Thread(target=lambda: worker.run(()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: sorted(seen) == ["a", "b", "orphan"], timeout=JOIN_SECS, what="items")
+        [info] = wait_for(lambda: live_workers(cluster_db, queue), timeout=10, what="a beat")
+        assert info.id == worker.worker_id
+        slots = {key_slot(k.encode()) for k in (queue.keys.queue, queue.keys.workers)}
+        assert slots == {key_slot(queue.keys.worker(info.id).encode())}
+        assert cluster_db.exists(queue.keys.cleaned)
+    finally:
+        worker.stop()
+        thread.join(timeout=JOIN_SECS)
+    assert not thread.is_alive()
+    assert live_workers(cluster_db, queue) == []
+
+
+def test_which_errors_are_waited_out() -> None:
+    from redis import exceptions as rx  # noqa: PLC0415
+
+    from redis_work_queue.errors import (  # noqa: PLC0415
+        ReplicationError,
+        ScriptError,
+        WrongKeyTypeError,
+    )
+    from redis_work_queue.runner import transient  # noqa: PLC0415
+
+    def from_script(reply: str) -> ScriptError:
+        err = ScriptError(reply)
+        err.__cause__ = rx.ResponseError(reply)
+        return err
+
+    waited = [
+        rx.ConnectionError("Connection closed by server."),
+        rx.TimeoutError("Timeout reading from socket"),
+        rx.BusyLoadingError("Redis is loading the dataset in memory"),
+        rx.ReadOnlyError("You can't write against a read only replica."),
+        rx.TryAgainError("TRYAGAIN"),
+        rx.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        rx.MasterDownError("MASTERDOWN Link with MASTER is down"),
+        rx.MovedError("3999 127.0.0.1:6381"),
+        rx.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'."),
+        rx.MaxConnectionsError("Too many connections"),
+        ReplicationError(0, 1, 100, None),
+        from_script("READONLY You can't write against a read only replica. script: x"),
+        from_script("OOM command not allowed when used memory > 'maxmemory'. script: x"),
+        from_script("LOADING Redis is loading the dataset in memory"),
+    ]
+    fatal = [
+        rx.AuthenticationError("invalid username-password pair"),
+        rx.AuthorizationError("NOAUTH"),
+        rx.NoPermissionError("NOPERM this user has no permissions"),
+        WrongKeyTypeError("wrong type"),
+        InvalidArgumentError("bad"),
+        from_script("ERR user_script:1: attempt to call a nil value"),
+        rx.NoScriptError("NOSCRIPT No matching script."),
+        RuntimeError("a bug"),
+    ]
+    assert [e for e in waited if not transient(e)] == []
+    assert [e for e in fatal if transient(e)] == []

@@ -36,8 +36,8 @@ from redis.exceptions import (
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
-    RedisClusterException,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -129,7 +129,7 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TryAgainError,
     ClusterDownError,
     ClusterError,
-    RedisClusterException,
+    SlotNotCoveredError,
     AskError,
     OutOfMemoryError,
     ReplicationError,
