@@ -50,6 +50,7 @@ from .runner import (
     WorkerStats,
     backoff_delay,
     check_options,
+    check_pool,
     drive,
 )
 from .workqueue import WorkQueue, lease_from
@@ -174,6 +175,8 @@ class Worker:
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")
         if not isinstance(redis_url, str | redis.Redis) and not hasattr(redis_url, "evalsha"):
             raise InvalidArgumentError("redis_url must be a URL or a Redis client")
+        if not isinstance(redis_url, str):
+            check_pool(redis_url, concurrency)
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
