@@ -104,6 +104,12 @@ def load_handler(spec: str) -> Handler:
 class Worker:
     """Runs ``handler`` over items leased from ``queues`` (highest priority first).
 
+    While Redis is unavailable the worker waits and reconnects (capped exponential backoff,
+    one WARNING per outage). A complete or release whose reply was lost is retried once Redis
+    answers again: a retried complete that returns False means the first try had run, so the
+    item counts as completed, not lost; a release that cannot be written while the lease lasts
+    is left to the lease (logged).
+
     Args:
         redis_url: Where the queues live; a URL, or (threads only) a ``Redis`` client. From a
             URL the worker makes its own client: a pool sized to the concurrency, a socket
