@@ -82,6 +82,16 @@ class Running:
     thread: threading.Thread
     out: dict[str, Any] = field(default_factory=dict)
 
+    def until(self, predicate: Any, what: str, timeout: float = JOIN_SECS) -> Any:
+        """Wait for ``predicate``; fail at once if the worker ends meanwhile."""
+
+        def check() -> Any:
+            if not self.thread.is_alive():
+                raise AssertionError(f"the worker ended while waiting for {what}: {self.out}")
+            return predicate()
+
+        return wait_for(check, timeout=timeout, what=what)
+
     def stop(self) -> Any:
         """Stop the worker and return its stats (or raise what run() raised)."""
         self.worker.stop()
@@ -169,13 +179,13 @@ def test_server_killed_and_restarted_under_a_running_worker(
     db = server.client()
     with running(kind, server.url, concurrency=3) as run:
         add(db, server.url, ["a", "b", "c"])
-        wait_for(lambda: len(done(db)) == 3, timeout=JOIN_SECS, what="the first items")
+        run.until(lambda: len(done(db)) == 3, "the first items")
         server.kill()
         time.sleep(1.5)  # every loop of the worker fails at least once
         server.launch()
         db = server.client()
         add(db, server.url, ["d", "e", "f", "g"])
-        wait_for(lambda: len(done(db)) == 4, timeout=JOIN_SECS, what="items added after")
+        run.until(lambda: len(done(db)) == 4, "items added after")
         assert sorted(done(db)) == ["d", "e", "f", "g"]
         wait_for(
             lambda: WorkQueue(KeyPrefix(P)).processing(db) == 0, timeout=10, what="completions"
@@ -193,14 +203,14 @@ def test_sigstopped_server_is_waited_out(server: Proc, kind: str) -> None:
     db = server.client()
     with running(kind, server.url, concurrency=2) as run:
         add(db, server.url, ["a"])
-        wait_for(lambda: done(db) == ["a"], timeout=JOIN_SECS, what="the first item")
+        run.until(lambda: done(db) == ["a"], "the first item")
         server.pause()
         try:
             time.sleep(7)  # longer than the worker's socket timeout (5 s)
         finally:
             server.resume()
         add(db, server.url, ["b", "c"])
-        wait_for(lambda: len(done(db)) == 3, timeout=JOIN_SECS, what="items added after")
+        run.until(lambda: len(done(db)) == 3, "items added after")
         stats = run.stop()
     assert stats.completed == 3
 
@@ -215,7 +225,7 @@ def test_idle_worker_waits_through_out_of_memory(
     db = server.client()
     db.config_set("maxmemory-policy", "noeviction")
     with running(kind, server.url, concurrency=2) as run:
-        wait_for(lambda: live_workers(db, WorkQueue(KeyPrefix(P))), timeout=JOIN_SECS)
+        run.until(lambda: live_workers(db, WorkQueue(KeyPrefix(P))), "a beat")
         db.config_set("maxmemory", 1)
         try:
             with pytest.raises(redis.exceptions.OutOfMemoryError):
@@ -230,7 +240,7 @@ def test_idle_worker_waits_through_out_of_memory(
         finally:
             db.config_set("maxmemory", 0)
         add(db, server.url, ["a", "b"])
-        wait_for(lambda: len(done(db)) == 2, timeout=JOIN_SECS, what="the items")
+        run.until(lambda: len(done(db)) == 2, "the items")
         stats = run.stop()
     assert stats.completed == 2
 
@@ -254,7 +264,7 @@ def test_asyncio_worker_with_200_tasks(server: Proc) -> None:
     ids = [f"i{n:03d}" for n in range(300)]
     add(db, server.url, ids)
     with running("asyncio", server.url, concurrency=200) as run:
-        wait_for(lambda: len(done(db)) == 300, timeout=JOIN_SECS, what="the items")
+        run.until(lambda: len(done(db)) == 300, "the items")
         stats = run.stop()
     assert stats.completed == 300 and sorted(done(db)) == ids
 
@@ -271,9 +281,9 @@ def test_handler_past_its_timeout_is_released_as_a_failure(server: Proc, kind: s
     add(db, server.url, ["stuck"], hang=True)
     try:
         with running(kind, server.url, max_deliveries=2, timeout=1.0) as run:
-            wait_for(lambda: queue.dead_count(db) == 1, timeout=JOIN_SECS, what="the burial")
+            run.until(lambda: queue.dead_count(db) == 1, "the burial")
             add(db, server.url, ["after"])
-            wait_for(lambda: done(db) == ["after"], timeout=JOIN_SECS, what="the next item")
+            run.until(lambda: done(db) == ["after"], "the next item")
             stats = run.stop()
     finally:
         db.set(f"{TAG}:release", 1)  # lets an abandoned thread end
@@ -295,7 +305,7 @@ def test_dead_letter_keeps_a_bounded_traceback_and_the_log_says_so(
     queue = WorkQueue(KeyPrefix(P), max_deliveries=2)
     add(db, server.url, ["bad"], fail=True, deep=400)
     with running(kind, server.url, max_deliveries=2) as run:
-        wait_for(lambda: queue.dead_count(db) == 1, timeout=JOIN_SECS, what="the burial")
+        run.until(lambda: queue.dead_count(db) == 1, "the burial")
         stats = run.stop()
     assert stats.failed == 2
     [dead] = queue.dead_letters(db)
@@ -349,7 +359,7 @@ def test_worker_recovers_an_abandoned_lease_without_a_cron_cleaner(server: Proc,
     add(db, server.url, ["orphan"])
     assert queue.lease(db, 0.3, block=False) is not None  # its holder "dies" here
     with running(kind, server.url, clean_secs=0.5) as run:
-        wait_for(lambda: done(db) == ["orphan"], timeout=JOIN_SECS, what="the recovery")
+        run.until(lambda: done(db) == ["orphan"], "the recovery")
         stats = run.stop()
     assert stats.completed == 1
 
@@ -385,7 +395,7 @@ def test_clean_secs_none_leaves_the_clean_to_cron(server: Proc) -> None:
         assert done(db) == []
         assert not db.exists(f"{P}:cleaned")
         queue.light_clean(db)
-        wait_for(lambda: done(db) == ["orphan"], timeout=JOIN_SECS, what="the item")
+        run.until(lambda: done(db) == ["orphan"], "the item")
         run.stop()
 
 
@@ -400,7 +410,7 @@ def test_heartbeat_registers_the_worker_and_a_clean_stop_removes_it(
     queues = (P, f"{P}-low")
     with running(kind, server.url, names=queues) as run:
         add(db, server.url, ["a"])
-        wait_for(lambda: done(db) == ["a"], timeout=JOIN_SECS, what="the item")
+        run.until(lambda: done(db) == ["a"], "the item")
 
         def counted() -> Any:
             found = live_workers(db, WorkQueue(KeyPrefix(P)))
@@ -539,14 +549,14 @@ def test_health_file_is_not_touched_while_every_slot_is_stuck(
     options = {"timeout": 0.5, "heartbeat_secs": 0.2, "health_file": str(health)}
     try:
         with running(kind, server.url, concurrency=1, **options) as run:
-            wait_for(lambda: fresh(health), timeout=JOIN_SECS, what="the health file")
+            run.until(lambda: fresh(health), "the health file")
             add(db, server.url, ["stuck"], hang=True)
-            wait_for(lambda: db.llen(f"{TAG}:started"), timeout=JOIN_SECS, what="the job")
+            run.until(lambda: db.llen(f"{TAG}:started"), "the job")
             time.sleep(2.5)
             if kind == "threads":
                 assert age(health) > 1.5, "touched while the only slot was stuck"
                 db.set(f"{TAG}:release", 1)
-            wait_for(lambda: fresh(health, 0.5), timeout=JOIN_SECS, what="a touch after")
+            run.until(lambda: fresh(health, 0.5), "a touch after")
             run.stop()
     finally:
         db.set(f"{TAG}:release", 1)
@@ -687,7 +697,7 @@ def test_outcome_whose_reply_was_lost_is_retried_and_counted_right(
     run = Running(kind, worker, threading.Thread(target=target, daemon=True), out)
     run.thread.start()
     try:
-        wait_for(lambda: queue.lost == {"complete", "release"}, timeout=JOIN_SECS, what="both")
+        run.until(lambda: queue.lost == {"complete", "release"}, "both")
         wait_for(lambda: WorkQueue(KeyPrefix(P)).stats(db).delayed == 1, timeout=JOIN_SECS)
         wait_for(lambda: WorkQueue(KeyPrefix(P)).processing(db) == 0, timeout=JOIN_SECS)
         stats = run.stop()
@@ -865,10 +875,9 @@ def test_release_that_cannot_be_written_in_time_is_left_to_the_lease(
     run = Running(kind, worker, threading.Thread(target=target, daemon=True), out)
     run.thread.start()
     try:
-        wait_for(
+        run.until(
             lambda: messages(caplog, "left to its lease, which hands it out again"),
-            timeout=JOIN_SECS,
-            what="the release to be given up",
+            "the release to be given up",
         )
         assert run.thread.is_alive()
         stats = run.stop()
