@@ -556,7 +556,7 @@ def test_health_file_is_not_touched_while_every_slot_is_stuck(
             if kind == "threads":
                 assert age(health) > 1.5, "touched while the only slot was stuck"
                 db.set(f"{TAG}:release", 1)
-            run.until(lambda: fresh(health, 0.5), "a touch after")
+            run.until(lambda: fresh(health, 1.0), "a touch after")
             run.stop()
     finally:
         db.set(f"{TAG}:release", 1)
