@@ -534,7 +534,7 @@ def test_health_file_is_not_touched_during_an_outage(server: Proc, tmp_path: Pat
             assert age(health) > 1.5, "touched while the server was stopped"
         finally:
             server.resume()
-        wait_for(lambda: fresh(health, 0.5), timeout=JOIN_SECS, what="a touch after")
+        wait_for(lambda: fresh(health, 1.0), timeout=JOIN_SECS, what="a touch after")
         assert proc.poll() is None
 
 
