@@ -158,6 +158,10 @@ class Proxy:
         self._cutter = threading.Thread(target=cutter, name="proxy-cutter", daemon=True)
         self._cutter.start()
 
+    def cutting(self) -> bool:
+        """The random cutter is running."""
+        return self._cutter is not None and self._cutter.is_alive()
+
     def stop_cutting(self) -> None:
         """Stop the random cuts (what was cut stays cut)."""
         self._cutter_stop.set()

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 import faults_handlers
@@ -156,6 +158,112 @@ def running(run: Callable[[], Any], stop: Callable[[], None]) -> Iterator[dict[s
 
 def still_running(out: dict[str, Any]) -> None:
     assert out["thread"].is_alive(), f"the worker returned early: {out}"
+
+
+# The faults themselves ------------------------------------------------------------------------
+
+
+def no_retry(port: int, **kwargs: Any) -> redis.Redis:
+    """A client that reports the first connection error instead of retrying it."""
+    return redis.Redis(port=port, retry=Retry(NoBackoff(), 0), **kwargs)
+
+
+def test_proxy_cuts_pauses_and_resumes(
+    redis_server_factory: Callable[[], Any], proxy_factory: Callable[[int], Proxy]
+) -> None:
+    server = redis_server_factory()
+    proxy = proxy_factory(server.port)
+    client = no_retry(proxy.port, socket_timeout=5)
+    admin = server.client(socket_timeout=5)
+    assert client.set("k", "v")
+    seen: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            client.blpop(["nothing"], timeout=4)
+        except redis.RedisError as err:
+            seen.append(err)
+
+    waiter = threading.Thread(target=blocked, daemon=True)
+    waiter.start()
+    poll(lambda: int(admin.info("clients")["blocked_clients"]) == 1, 5, "the BLPOP")
+    assert proxy.cut() == 1
+    waiter.join(timeout=5)
+    assert [type(err) for err in seen] == [redis.ConnectionError]
+    assert client.get("k") == b"v"  # a new connection goes through
+    assert proxy.cuts == 1
+    client = no_retry(proxy.port, socket_timeout=0.5)
+    proxy.pause()
+    with pytest.raises(redis.TimeoutError):
+        client.get("k")
+    late = no_retry(proxy.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    with pytest.raises(redis.TimeoutError):
+        late.ping()  # accepted, never answered
+    proxy.resume()
+    assert late.ping()
+    client.close()
+    late.close()
+
+
+def test_proxy_cuts_at_random_a_bounded_number_of_times(
+    redis_server_factory: Callable[[], Any], proxy_factory: Callable[[int], Proxy]
+) -> None:
+    server = redis_server_factory()
+    proxy = proxy_factory(server.port)
+    client = redis.Redis(port=proxy.port, socket_timeout=2)
+    proxy.cut_randomly(seed=1, min_gap=0.01, max_gap=0.05, limit=4)
+    poll(lambda: not proxy.cutting(), 10, "the cutter to stop after four rounds")
+    assert proxy.cut_rounds == 4
+    assert client.ping()  # retried on a new connection
+    with pytest.raises(ValueError):
+        proxy.cut_randomly(seed=1, min_gap=0.5, max_gap=0.1)
+    client.close()
+
+
+def test_restartable_server_keeps_acknowledged_writes(aof_server: RestartableServer) -> None:
+    db = aof_server.client(socket_timeout=2)
+    db.rpush("list", *range(100))
+    port = aof_server.port
+    aof_server.kill()
+    assert not aof_server.alive()
+    with pytest.raises(redis.ConnectionError):
+        no_retry(port, socket_connect_timeout=0.5).ping()
+    aof_server.restart()
+    assert aof_server.port == port
+    assert db.llen("list") == 100
+
+
+def test_oom_server_refuses_writes_until_relieved(oom_server: OomServer) -> None:
+    db = oom_server.client(socket_timeout=2)
+    oom_server.exhaust()
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        db.set("k", "v")
+    assert db.get("missing") is None  # reads still work
+    oom_server.relieve()
+    assert db.set("k", "v")
+
+
+def test_judge_finds_loss_and_leases_after_completion() -> None:
+    events = [
+        ("call", "a"),
+        ("done", "a"),
+        ("call", "b"),
+        ("done", "b"),
+        ("mark", "failover"),
+        ("call", "b"),  # completed before the mark: forgiven
+        ("call", "c"),
+        ("done", "c"),
+        ("call", "c"),  # completed after the mark: a failure
+        ("done", "c"),
+        ("done", "c"),  # acknowledged twice
+    ]
+    verdict = judge(events, ["a", "b", "c", "d"], forgive="failover")
+    assert verdict.lost == ["d"]
+    assert verdict.forgiven == ["b"]
+    assert verdict.relet == ["c"]
+    assert verdict.done_twice == ["c"]
+    assert not verdict.ok()
+    assert judge(events[:4], ["a", "b"]).ok()
 
 
 # Redis SIGKILLed and restarted --------------------------------------------------------------
