@@ -482,13 +482,14 @@ def _children(pid: int) -> list[int]:
 class WorkerCommand:
     """``rwq --url URL worker faults_handlers:record ...`` in its own process group.
 
-    The handler records to ``results_url``; stdout and stderr go to files in ``workdir``.
+    The handler records to ``results_url`` (nothing is recorded without one); stdout and stderr
+    go to files in ``workdir``.
     """
 
     def __init__(
         self,
         url: str,
-        results_url: str,
+        results_url: str | None,
         queues: list[str],
         workdir: Path,
         *options: str,
@@ -496,8 +497,9 @@ class WorkerCommand:
         sleep: float = 0.005,
     ) -> None:
         env = dict(os.environ)
-        env[faults_handlers.RESULTS_ENV] = results_url
-        env[faults_handlers.RECORD_DONE_ENV] = "1"
+        if results_url:
+            env[faults_handlers.RESULTS_ENV] = results_url
+            env[faults_handlers.RECORD_DONE_ENV] = "1"
         env[faults_handlers.SLEEP_ENV] = str(sleep)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(SRC_DIR), str(TESTS_DIR), env.get("PYTHONPATH", "")) if p

@@ -63,6 +63,10 @@ async def arecord(item: Item) -> None:
     await asyncio.sleep(_pause())
 
 
+def noop(item: Item) -> None:
+    """Do nothing (the bench's handler)."""
+
+
 def install() -> None:
     """Record ``done <id>`` for every completion acknowledged to this process (idempotent)."""
     with _lock:
