@@ -501,8 +501,9 @@ class WorkerCommand:
             env[faults_handlers.RESULTS_ENV] = results_url
             env[faults_handlers.RECORD_DONE_ENV] = "1"
         env[faults_handlers.SLEEP_ENV] = str(sleep)
+        # This checkout's source unless the caller's path puts another first.
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(SRC_DIR), str(TESTS_DIR), env.get("PYTHONPATH", "")) if p
+            p for p in (str(TESTS_DIR), env.get("PYTHONPATH", ""), str(SRC_DIR)) if p
         )
         workdir.mkdir(parents=True, exist_ok=True)
         self.stdout_path = workdir / "worker.out"

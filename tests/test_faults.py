@@ -506,7 +506,7 @@ def test_idle_rwq_worker_waits_out_oom(
         )
         oom_server.exhaust()
         assert oom_server.out_of_memory()
-        with pytest.raises(redis.exceptions.OutOfMemoryError):
+        with pytest.raises(Exception, match="maxmemory"):
             queue.add_item(db, Item(b"refused"))
         # The workers' next looks (every poll_secs) fail with OOM; they must stay.
         looked = int(admin.info("stats")["total_commands_processed"])
