@@ -367,6 +367,7 @@ class Verdict:
         done_twice: Ids whose completion was acknowledged twice.
         forgiven: Ids leased again after a completion acknowledged before the ``forgive`` mark
             (asynchronous replication may lose what the replica had not received).
+        done: Ids whose completion was acknowledged.
     """
 
     calls: dict[str, int]
@@ -374,6 +375,7 @@ class Verdict:
     relet: list[str]
     done_twice: list[str]
     forgiven: list[str]
+    done: set[str] = field(default_factory=set)
 
     def ok(self) -> bool:
         return not (self.lost or self.relet or self.done_twice)
@@ -384,7 +386,7 @@ class Verdict:
             f"{len(self.calls)} ids handled, {repeats} repeat calls; lost {self.lost[:10]}"
             f" ({len(self.lost)}), leased after done {self.relet[:10]} ({len(self.relet)}),"
             f" done twice {self.done_twice[:10]} ({len(self.done_twice)}), forgiven"
-            f" {len(self.forgiven)}"
+            f" {len(self.forgiven)}, {len(self.done)} completions acknowledged"
         )
 
 
@@ -433,7 +435,8 @@ def judge(
                 done_twice.append(subject)
             done_at[subject] = n
     lost = sorted(set(acked) - set(calls))
-    return Verdict(calls, lost, relet, done_twice, forgiven)
+    done = {subject for kind, subject in events if kind == "done"}
+    return Verdict(calls, lost, relet, done_twice, forgiven, done)
 
 
 def at_rest(db: Any, queue: Any) -> bool:
