@@ -43,3 +43,11 @@ class ReplicationError(WorkQueueError):
         self.acked = acked
         self.wanted = wanted
         self.result = result
+
+
+class WorkerFailedError(WorkQueueError):
+    """A worker runner stopped on an error it cannot recover from by reconnecting.
+
+    Examples: a key of the wrong type, a script error from bad state, an authentication or
+    permission failure. The original error is the exception's ``__cause__``.
+    """

@@ -65,10 +65,14 @@ class QueueKeys:
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
     hash ``<prefix>:dead:<id>``. The Spark data source keeps its records under
     ``<prefix>:spark:``. ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake``
-    (a short list) wake workers that block on several queues at once.
+    (a short list) wake workers that block on several queues at once. The worker runner
+    keeps ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean lately),
+    ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each live
+    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet).
     """
 
     __slots__ = (
+        "cleaned",
         "dead",
         "dead_prefix",
         "delayed",
@@ -85,6 +89,8 @@ class QueueKeys:
         "spark_write",
         "waiting",
         "wake",
+        "worker_prefix",
+        "workers",
     )
 
     def __init__(self, prefix: KeyPrefix) -> None:
@@ -100,6 +106,9 @@ class QueueKeys:
         self.delayed = prefix.of(":delayed")
         self.waiting = prefix.of(":waiting")
         self.wake = prefix.of(":wake")
+        self.cleaned = prefix.of(":cleaned")
+        self.workers = prefix.of(":workers")
+        self.worker_prefix = prefix.of(":worker:")
         self.spark_prefix = prefix.of(":spark:")
         self.spark_write = self.spark_prefix + "write"
         #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
@@ -119,6 +128,10 @@ class QueueKeys:
         """The key of ``item_id``'s dead letter."""
         return self.dead_prefix + item_id
 
+    def worker(self, worker_id: str) -> str:
+        """The registration (hash) of the worker ``worker_id``."""
+        return self.worker_prefix + worker_id
+
     def spark_batch(self, batch: str) -> str:
         """The record of the items a Spark streaming read leased for one micro-batch."""
         return f"{self.spark_prefix}batch:{batch}"
@@ -130,9 +143,16 @@ class QueueKeys:
     def patterns(self) -> tuple[str, ...]:
         """SCAN MATCH patterns for the queue's keys that are not fixed, prefix glob-escaped.
 
-        They cover item data, leases, dead letters and the Spark data source's records.
+        They cover item data, leases, dead letters, the Spark data source's records and the
+        workers' registrations.
         """
-        prefixes = (self.item_prefix, self.lease_prefix, self.dead_prefix, self.spark_prefix)
+        prefixes = (
+            self.item_prefix,
+            self.lease_prefix,
+            self.dead_prefix,
+            self.spark_prefix,
+            self.worker_prefix,
+        )
         return tuple(glob_escape(p) + "*" for p in prefixes)
 
     def fixed(self) -> tuple[str, ...]:
@@ -146,4 +166,6 @@ class QueueKeys:
             self.delayed,
             self.waiting,
             self.wake,
+            self.cleaned,
+            self.workers,
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 from .errors import ScriptError, WrongKeyTypeError
 
@@ -62,6 +62,8 @@ async def araw_command(client: Any, *args: Arg, **options: Any) -> Any:
 
 def translate_error(err: ResponseError) -> Exception:
     """Turn a server error raised by a script into this library's exception."""
+    if isinstance(err, OutOfMemoryError):
+        return err
     message = str(err)
     if "WRONGTYPE" in message:
         return WrongKeyTypeError(
