@@ -116,7 +116,11 @@ def check_record(results: redis.Redis, acked: list[str], forgive: str | None = N
 
 def produce_while_cutting(db: redis.Redis, queue: WorkQueue, proxy: Proxy, seed: int) -> list[str]:
     """Add 300 numbered items through ``proxy`` in 15 bursts while it cuts at random (every
-    0.15-0.5 s, seed ``seed``); return the acknowledged ids. The cuts stop at the end."""
+    0.15-0.5 s, seed ``seed``); return the acknowledged ids. The cuts stop at the end.
+
+    ``db`` must not retry: a retried add whose first reply was lost runs again, and adds the
+    item anew if a worker completed it in between (a second life the runtime cannot know of).
+    """
     proxy.cut_randomly(seed, 0.15, 0.5)
     acked: list[str] = []
     try:
@@ -316,7 +320,7 @@ def test_thread_worker_through_random_cuts(
     server = redis_server_factory()
     proxy = proxy_factory(server.port)
     db = server.client(socket_timeout=5)
-    through = redis.Redis(port=proxy.port, socket_timeout=5, socket_connect_timeout=1)
+    through = no_retry(proxy.port, socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("cuts-threads"))
     worker = Worker(
         proxy.url,
@@ -343,7 +347,7 @@ def test_async_worker_through_random_cuts(
     server = redis_server_factory()
     proxy = proxy_factory(server.port)
     db = server.client(socket_timeout=5)
-    through = redis.Redis(port=proxy.port, socket_timeout=5, socket_connect_timeout=1)
+    through = no_retry(proxy.port, socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("cuts-asyncio"))
     box: dict[str, Any] = {}
     started = threading.Event()
@@ -384,7 +388,7 @@ def test_rwq_worker_through_random_cuts(
     server = redis_server_factory()
     proxy = proxy_factory(server.port)
     db = server.client(socket_timeout=5)
-    through = redis.Redis(port=proxy.port, socket_timeout=5, socket_connect_timeout=1)
+    through = no_retry(proxy.port, socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("cuts-rwq"))
     options = ("--concurrency", "3", "--lease-secs", LEASE)
     url = results_url(results)
