@@ -577,15 +577,17 @@ def one_line_error(command: WorkerCommand) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("mode", ["threads", "processes"])
 def test_rwq_worker_exits_on_a_wrong_type_queue_key(
-    redis_server_factory: Callable[[], Any], results: redis.Redis, tmp_path: Path
+    mode: str, redis_server_factory: Callable[[], Any], results: redis.Redis, tmp_path: Path
 ) -> None:
     server = redis_server_factory()
     db = server.client()
     queue = WorkQueue(KeyPrefix("mistyped"))
     db.set(queue.keys.queue, "not a list")
     url = results_url(results)
-    with worker_command(server.url, url, ["mistyped"], tmp_path, "--concurrency", "2") as w:
+    options = ["--concurrency", "2"] + (["--processes"] if mode == "processes" else [])
+    with worker_command(server.url, url, ["mistyped"], tmp_path, *options) as w:
         code = w.wait(STOP_SECS)
     assert code == 1, w.tail()
     line = one_line_error(w)
