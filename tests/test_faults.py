@@ -307,6 +307,23 @@ def test_rwq_worker_outlives_a_restart(
         code = w.terminate(STOP_SECS)
     assert code == 0, w.tail()
     check_record(results, acked)
+    # One outage: each process says so once, not once per retry or per thread.
+    said = outage_lines(w.stderr())
+    assert said, f"the outage was not logged: {w.tail()}"
+    assert all(len(lines) == 1 for lines in said.values()), said
+
+
+def outage_lines(text: str) -> dict[str, list[str]]:
+    """The log lines that say Redis is unavailable, by process (``main`` or its name)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "unavailable" not in line.lower():
+            continue
+        words = line.split()
+        level = next((n for n, w in enumerate(words) if w in {"WARNING", "ERROR"}), None)
+        name = words[level + 1] if level is not None and level + 1 < len(words) else "main"
+        out.setdefault("main" if name.startswith("redis_work_queue") else name, []).append(line)
+    return out
 
 
 # Connections cut at random --------------------------------------------------------------------
