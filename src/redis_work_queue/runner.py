@@ -36,8 +36,8 @@ from redis.exceptions import (
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
-    RedisClusterException,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -129,7 +129,7 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TryAgainError,
     ClusterDownError,
     ClusterError,
-    RedisClusterException,
+    SlotNotCoveredError,
     AskError,
     OutOfMemoryError,
     ReplicationError,
@@ -185,30 +185,35 @@ def failure_reason(err: BaseException, limit: int = REASON_MAX_BYTES) -> str:
     """The failure reason kept with an item: type, message, then a bounded traceback.
 
     The first line is ``Type: message`` (the message cut to ``MESSAGE_MAX_BYTES``); the
-    traceback follows. When the whole does not fit in ``limit`` bytes, the outermost frames are
-    cut (replaced by a line ``  ...``) so that the innermost frames, where the error was
-    raised, are kept.
+    traceback of the handler's frames follows, ending with the exception line. When the whole
+    does not fit in ``limit`` bytes, the outermost frames are cut (replaced by a line ``  ...``)
+    so that the innermost frames, where the error was raised, are kept.
     """
     head = _clip(f"{type(err).__name__}: {err}", MESSAGE_MAX_BYTES)
     tb = err.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next  # the runner's own frames say nothing about the failure
-    lines = traceback.format_exception(type(err), err, tb)
-    text = head + "\n" + "".join(lines)
-    if len(text.encode("utf-8", "surrogateescape")) <= limit:
-        return text.rstrip("\n")
-    first, frames = lines[0], lines[1:]
+    if tb is None:
+        return head
+    found = traceback.TracebackException(type(err), err, tb)
+    last = _clip("".join(found.format_exception_only()).rstrip("\n"), MESSAGE_MAX_BYTES)
+    first = "Traceback (most recent call last):\n"
+    frames = list(found.stack.format())
+    whole = head + "\n" + first + "".join(frames) + last
+    if len(whole.encode("utf-8", "surrogateescape")) <= limit:
+        return whole
     marker = "  ...\n"
-    budget = limit - len((head + "\n" + first + marker).encode("utf-8", "surrogateescape"))
+    fixed = head + "\n" + first + marker + last
+    budget = limit - len(fixed.encode("utf-8", "surrogateescape"))
     kept: list[str] = []
-    for line in reversed(frames):
-        size = len(line.encode("utf-8", "surrogateescape"))
+    for frame in reversed(frames):
+        size = len(frame.encode("utf-8", "surrogateescape"))
         if size > budget:
             break
-        kept.append(line)
+        kept.append(frame)
         budget -= size
     kept.reverse()
-    return _clip(head + "\n" + first + marker + "".join(kept), limit).rstrip("\n")
+    return head + "\n" + first + marker + "".join(kept) + last
 
 
 # Options ----------------------------------------------------------------------------------------
@@ -604,7 +609,8 @@ class Core:
             if first:
                 self.fatal = err
         if first:
-            logger.error("worker stopping on a fatal error: %s: %s", type(err).__name__, err)
+            # run() raises it: logged at INFO only, so that it is reported once.
+            logger.info("worker stopping on a fatal error: %s: %s", type(err).__name__, err)
         self.stop_flag.set()
         self.abort_flag.set()
 
@@ -941,8 +947,7 @@ class Core:
             try:
                 mine = yield Run(health.clean_gate_steps(queue.keys, self.worker_id, interval_ms))
                 if mine:
-                    report = yield Op(queue.light_clean)
-                    logger.debug("light clean of %s: %s", queue.name.prefix, report)
+                    yield Op(queue.light_clean)  # which logs what it did
             except Exception as err:
                 if not transient(err):
                     raise

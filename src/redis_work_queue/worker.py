@@ -26,8 +26,8 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue as queue_module
 import signal
 import threading
 import time
@@ -241,6 +241,8 @@ class Worker:
             for sig, old in previous.items():
                 signal.signal(sig, old)
         totals = core.totals()
+        if isinstance(core.fatal, WorkerFailedError):  # reported by a worker process
+            raise core.fatal
         if core.fatal is not None:
             raise WorkerFailedError(
                 f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
@@ -347,19 +349,23 @@ class Worker:
         db = self._connect()
         core = self._new_core(False, " (its process is killed and replaced)")
         ctx = multiprocessing.get_context("spawn")
-        events: Any = ctx.Queue()
+        pipes: dict[Any, int] = {}  # the read end of each child's pipe -> its slot
         children: dict[int, Any] = {}
         child_stats: dict[int, WorkerStats] = {}
         replaced: set[int] = set()
         lock = threading.Lock()
 
         def start(slot: int) -> None:
+            # One pipe per child, no shared queue: a child killed mid-message spoils only its own.
+            reader, writer = ctx.Pipe(duplex=False)
             child = ctx.Process(
-                target=_child, args=(self._child_config(), slot, events), name=f"rwq-{slot}"
+                target=_child, args=(self._child_config(), slot, writer), name=f"rwq-{slot}"
             )
             child.start()
+            writer.close()
             with lock:
                 children[slot] = child
+                pipes[reader] = slot
 
         def replace(job: Job) -> None:
             with lock:
@@ -405,13 +411,22 @@ class Worker:
                 core.fail(WorkerFailedError(message[3]))
 
         def read_events() -> None:
-            while not core.finished.is_set():
-                try:
-                    on_event(events.get(timeout=0.1))
-                except queue_module.Empty:
+            while not core.finished.is_set() or pipes:
+                with lock:
+                    readers = list(pipes)
+                if not readers:
+                    time.sleep(0.05)
                     continue
-                except (EOFError, OSError, ValueError) as err:
-                    logger.warning("lost a message from a worker process: %s", err)
+                for ready in multiprocessing.connection.wait(readers, timeout=0.1):
+                    conn: Any = ready
+                    try:
+                        on_event(conn.recv())
+                    except (EOFError, OSError) as err:  # the child ended (or was killed)
+                        if not isinstance(err, EOFError):
+                            logger.warning("lost a message from a worker process: %s", err)
+                        with lock:
+                            pipes.pop(conn, None)
+                        conn.close()
 
         for slot in range(self.concurrency):
             start(slot)
@@ -439,6 +454,12 @@ class Worker:
                         continue
                     with lock:
                         still = children.get(slot) is child
+                    if still and child.exitcode == 1:
+                        # It stopped on a fatal error: its message is on its way.
+                        time.sleep(0.5)
+                        if core.fatal is None:
+                            core.fail(WorkerFailedError("a worker process failed (exit code 1)"))
+                        continue
                     if still:
                         logger.warning(
                             "worker process %s ended unexpectedly (exit code %s): starting another",
@@ -473,7 +494,7 @@ class Worker:
         }
 
 
-def _child(config: dict[str, Any], slot: int, events: Any) -> None:
+def _child(config: dict[str, Any], slot: int, events: Any) -> None:  # events: a Connection
     """Entry point of a worker process: one thread of work, driven by its parent's signals.
 
     It reports to its parent each item it starts (the parent times it out) and ends, and its
@@ -494,24 +515,22 @@ def _child(config: dict[str, Any], slot: int, events: Any) -> None:
         if event == "start":
             item = job.item
             index = next(i for i, q in enumerate(queues) if q is job.queue)
-            events.put(("start", slot, pid, index, item.id(), item.lease_token, item.deliveries))
+            events.send(("start", slot, pid, index, item.id(), item.lease_token, item.deliveries))
         else:
-            events.put(("end", slot, pid))
+            events.send(("end", slot, pid))
             if worker._core is not None:
                 stats = worker._core.totals()
-                events.put(("stats", slot, pid, *vars(stats).values()))
+                events.send(("stats", slot, pid, *vars(stats).values()))
 
     worker._listener = report
     signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())
     try:
         stats = worker.run(signals=(signal.SIGTERM,))
     except WorkerFailedError as err:
-        events.put(("fatal", slot, pid, str(err)))
+        events.send(("fatal", slot, pid, str(err)))
         if worker._core is not None:
-            events.put(("stats", slot, pid, *vars(worker._core.totals()).values()))
+            events.send(("stats", slot, pid, *vars(worker._core.totals()).values()))
         events.close()
-        events.join_thread()
         raise SystemExit(1) from err
-    events.put(("stats", slot, pid, *vars(stats).values()))
+    events.send(("stats", slot, pid, *vars(stats).values()))
     events.close()
-    events.join_thread()
