@@ -162,6 +162,35 @@ def running(run: Callable[[], Any], stop: Callable[[], None]) -> Iterator[dict[s
         raise out["error"]
 
 
+@contextlib.contextmanager
+def running_async(url: str, name: str) -> Iterator[dict[str, Any]]:
+    """An AsyncWorker (3 tasks, ``faults_handlers.arecord``) on queue ``name`` at ``url``, run
+    on its own event loop in a thread; stopped on the way out."""
+    box: dict[str, Any] = {}
+    started = threading.Event()
+
+    async def main() -> Any:
+        worker = AsyncWorker(
+            url,
+            [AsyncWorkQueue(KeyPrefix(name))],
+            faults_handlers.arecord,
+            lease_secs=float(LEASE),
+            concurrency=3,
+            poll_secs=0.5,
+        )
+        box["worker"], box["loop"] = worker, asyncio.get_running_loop()
+        started.set()
+        return await worker.run(signals=())
+
+    def stop() -> None:
+        if started.wait(5):
+            box["loop"].call_soon_threadsafe(box["worker"].stop)
+
+    with running(lambda: asyncio.run(main()), stop) as out:
+        assert started.wait(START_SECS), "the event loop did not start"
+        yield out
+
+
 def still_running(out: dict[str, Any]) -> None:
     assert out["thread"].is_alive(), f"the worker returned early: {out}"
 
@@ -313,6 +342,28 @@ def test_rwq_worker_outlives_a_restart(
     assert all(len(lines) == 1 for lines in said.values()), said
 
 
+def test_async_worker_outlives_a_restart(
+    aof_server: RestartableServer, results: redis.Redis
+) -> None:
+    db = aof_server.client(socket_timeout=5, socket_connect_timeout=1)
+    queue = WorkQueue(KeyPrefix("restart-asyncio"))
+    acked = add_numbered(db, queue, "before", 150)
+    assert len(acked) == 150
+    with running_async(aof_server.url, "restart-asyncio") as out:
+        poll(lambda: len(handled(results)) >= 20, START_SECS, "the worker to get going")
+        aof_server.kill()
+        time.sleep(OUTAGE_SECS)  # the outage; the worker meets it and must stay
+        still_running(out)
+        aof_server.restart()
+        poll(db.ping, START_SECS, "the restarted server")
+        after = add_numbered(db, queue, "after", 100)
+        assert len(after) == 100
+        acked += after
+        poll(drained(db, queue, results, acked), DRAIN_SECS, describe(db, queue, results, acked))
+        still_running(out)
+    check_record(results, acked)
+
+
 def outage_lines(text: str) -> dict[str, list[str]]:
     """The log lines that say Redis is unavailable, by process (``main`` or its name)."""
     out: dict[str, list[str]] = {}
@@ -366,28 +417,7 @@ def test_async_worker_through_random_cuts(
     db = server.client(socket_timeout=5)
     through = no_retry(proxy.port, socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("cuts-asyncio"))
-    box: dict[str, Any] = {}
-    started = threading.Event()
-
-    async def main() -> Any:
-        worker = AsyncWorker(
-            proxy.url,
-            [AsyncWorkQueue(KeyPrefix("cuts-asyncio"))],
-            faults_handlers.arecord,
-            lease_secs=float(LEASE),
-            concurrency=3,
-            poll_secs=0.5,
-        )
-        box["worker"], box["loop"] = worker, asyncio.get_running_loop()
-        started.set()
-        return await worker.run(signals=())
-
-    def stop() -> None:
-        if started.wait(5):
-            box["loop"].call_soon_threadsafe(box["worker"].stop)
-
-    with running(lambda: asyncio.run(main()), stop) as out:
-        assert started.wait(START_SECS)
+    with running_async(proxy.url, "cuts-asyncio") as out:
         acked = produce_while_cutting(through, queue, proxy, seed=12)
         still_running(out)
         poll(drained(db, queue, results, acked), DRAIN_SECS, describe(db, queue, results, acked))
@@ -396,7 +426,9 @@ def test_async_worker_through_random_cuts(
     check_record(results, acked)
 
 
+@pytest.mark.parametrize("mode", ["threads", "processes"])
 def test_rwq_worker_through_random_cuts(
+    mode: str,
     redis_server_factory: Callable[[], Any],
     proxy_factory: Callable[[int], Proxy],
     results: redis.Redis,
@@ -407,11 +439,13 @@ def test_rwq_worker_through_random_cuts(
     db = server.client(socket_timeout=5)
     through = no_retry(proxy.port, socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("cuts-rwq"))
-    options = ("--concurrency", "3", "--lease-secs", LEASE)
+    options = ["--concurrency", "3", "--lease-secs", LEASE]
+    if mode == "processes":
+        options.append("--processes")
     url = results_url(results)
     with worker_command(proxy.url, url, ["cuts-rwq"], tmp_path, *options) as w:
         poll(lambda: proxy.open_links() > 0, START_SECS, lambda: f"a connection: {w.tail()}")
-        acked = produce_while_cutting(through, queue, proxy, seed=13)
+        acked = produce_while_cutting(through, queue, proxy, seed=13 if mode == "threads" else 14)
         assert w.alive(), w.tail()
         poll(drained(db, queue, results, acked), DRAIN_SECS, describe(db, queue, results, acked))
         assert w.alive(), w.tail()
