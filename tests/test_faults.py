@@ -52,6 +52,7 @@ from servers import (  # noqa: F401 (fixtures)
     Proc,
     SentinelSetup,
     cluster_fixture,
+    free_port,
     info,
     poll,
     sentinel_setup_fixture,
@@ -661,3 +662,13 @@ def test_rwq_worker_exits_on_a_handler_that_fails_to_import(
     assert code in (1, 2), w.tail()
     line = one_line_error(w)
     assert handler in line, line
+
+
+def test_rwq_worker_exits_3_when_redis_is_unreachable_at_start(
+    results: redis.Redis, tmp_path: Path
+) -> None:
+    nobody = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    with worker_command(nobody, results_url(results), ["q"], tmp_path) as w:
+        code = w.wait(STOP_SECS)
+    assert code == 3, w.tail()
+    one_line_error(w)
