@@ -24,7 +24,16 @@ from redis.backoff import NoBackoff
 from .aio import AsyncWorkQueue, lease_from
 from .errors import WorkerFailedError
 from .item import Item
-from .runner import CleanSecs, Core, Job, WorkerStats, adrive, backoff_delay, check_options
+from .runner import (
+    CleanSecs,
+    Core,
+    Job,
+    WorkerStats,
+    adrive,
+    backoff_delay,
+    check_options,
+    check_pool,
+)
 from .worker import JOIN_SECS, socket_timeout_for
 
 logger = logging.getLogger(__name__)
@@ -94,6 +103,7 @@ class AsyncWorker:
                 socket_connect_timeout=5,
                 retry=Retry(NoBackoff(), 0),
             )
+        check_pool(db, concurrency)
         self.db = db
         self.queues = list(queues)
         self.handler = handler

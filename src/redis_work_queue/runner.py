@@ -338,6 +338,26 @@ def check_options(
     return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path)
 
 
+def check_pool(db: object, concurrency: int) -> None:
+    """Check that a client given to a worker has connections enough for its concurrency.
+
+    Every slot may hold a connection at once (a blocking lease), besides the watchdog and
+    housekeeping.
+
+    Raises:
+        InvalidArgumentError: The client's pool is smaller than ``concurrency + 4``.
+    """
+    pool = getattr(db, "connection_pool", None)
+    size = getattr(pool, "max_connections", None)
+    needed = concurrency + 4
+    if isinstance(size, int) and size < needed:
+        raise InvalidArgumentError(
+            f"the client's connection pool holds at most {size} connections; a worker with "
+            f"concurrency={concurrency} needs {needed}: make the client with "
+            f"max_connections={needed} (or pass a URL)"
+        )
+
+
 # Outages ----------------------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ from .runner import (
     WorkerStats,
     backoff_delay,
     check_options,
+    check_pool,
     drive,
 )
 from .workqueue import WorkQueue, lease_from
@@ -102,6 +103,12 @@ def load_handler(spec: str) -> Handler:
 
 class Worker:
     """Runs ``handler`` over items leased from ``queues`` (highest priority first).
+
+    While Redis is unavailable the worker waits and reconnects (capped exponential backoff,
+    one WARNING per outage). A complete or release whose reply was lost is retried once Redis
+    answers again: a retried complete that returns False means the first try had run, so the
+    item counts as completed, not lost; a release that cannot be written while the lease lasts
+    is left to the lease (logged).
 
     Args:
         redis_url: Where the queues live; a URL, or (threads only) a ``Redis`` client. From a
@@ -174,6 +181,8 @@ class Worker:
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")
         if not isinstance(redis_url, str | redis.Redis) and not hasattr(redis_url, "evalsha"):
             raise InvalidArgumentError("redis_url must be a URL or a Redis client")
+        if not isinstance(redis_url, str):
+            check_pool(redis_url, concurrency)
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
