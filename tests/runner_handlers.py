@@ -57,7 +57,7 @@ def _note(spec: dict[str, Any], key: str, item: Item) -> None:
         try:
             connect(spec["url"]).rpush(f"{spec['tag']}:{key}", item.id())
             return
-        except redis.ConnectionError:
+        except (redis.ConnectionError, redis.TimeoutError):  # a retry may note it twice
             time.sleep(0.1)
 
 

@@ -53,7 +53,7 @@ from servers import (  # noqa: F401 (the fixtures)
 P = "rn"
 TAG = "rn-test"
 KINDS = ["threads", "processes", "asyncio"]
-JOIN_SECS = 30.0
+JOIN_SECS = 60.0
 TESTS_DIR = Path(__file__).resolve().parent
 #: Options every test's worker gets unless it says otherwise: quick polls, retries and beats.
 QUICK: dict[str, Any] = {
@@ -144,7 +144,8 @@ def add(db: redis.Redis, url: str, ids: list[str], name: str = P, **spec: Any) -
 
 
 def done(db: redis.Redis) -> list[str]:
-    return [v.decode() for v in db.lrange(f"{TAG}:done", 0, -1)]
+    """The ids whose handler succeeded, in order, each once (a handler's note may be retried)."""
+    return list(dict.fromkeys(v.decode() for v in db.lrange(f"{TAG}:done", 0, -1)))
 
 
 def messages(caplog: pytest.LogCaptureFixture, text: str, level: int | None = None) -> int:

@@ -635,7 +635,7 @@ class Core:
         self.abort_flag.set()
 
     def stuck(self) -> bool:
-        """Every slot's handler is stuck past its timeout."""
+        """As many handlers are stuck past their timeout as the worker has slots."""
         if self.options.timeout is None:
             return False
         return self.held.stuck(time.monotonic()) >= self.options.concurrency
@@ -869,7 +869,7 @@ class Core:
         tick = min(every, WATCH_TICK_SECS)
         while not self.finished.is_set():
             yield Pause(tick, wake=False)
-            if self.abort_flag.is_set() and self.fatal is None:
+            if self.abort_flag.is_set():  # held items are being released
                 continue
             if self.options.timeout is not None:
                 for job in self.held.time_out(time.monotonic()):
