@@ -7,20 +7,13 @@
 -- Returns the number of live workers of the queue after the call.
 -- Keeps: P:workers holds no lapsed registration after a beat, and neither key outlives the last
 -- live registration: P:worker:<id> expires with its registration and P:workers with the latest.
--- Both keys are type-checked before the first write, so a wrong type changes nothing.
+-- Both keys are read (ZCARD, HLEN) before the first write: a key of the wrong type fails the
+-- script with WRONGTYPE before anything changed.
 local id, ttl = arg(1), tonumber(arg(2))
 local workers = Q.prefix .. ':workers'
 local mine = Q.prefix .. ':worker:' .. id
-local function check(key, kind)
-  local found = redis.call('TYPE', key)['ok']
-  if found ~= 'none' and found ~= kind then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
-  end
-end
-local bad = check(workers, 'zset') or check(mine, 'hash')
-if bad then
-  return bad
-end
+redis.call('ZCARD', workers)
+redis.call('HLEN', mine)
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
 if ttl <= 0 then
@@ -33,5 +26,5 @@ redis.call('DEL', mine)
 redis.call('HSET', mine, 'beat', now, unpack(ARGV, NQ + 3))
 redis.call('PEXPIRE', mine, ttl)
 local last = redis.call('ZRANGE', workers, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', workers, tonumber(last[2]))
+redis.call('PEXPIRE', workers, math.max(tonumber(last[2]) - now, 1))
 return redis.call('ZCARD', workers)
