@@ -10,10 +10,8 @@
 -- Both keys are read (ZCARD, HLEN) before the first write: a key of the wrong type fails the
 -- script with WRONGTYPE before anything changed.
 local id, ttl = arg(1), tonumber(arg(2))
-local workers = Q.prefix .. ':workers'
-local mine = Q.prefix .. ':worker:' .. id
-redis.call('ZCARD', workers)
-redis.call('HLEN', mine)
+local workers, mine = Q.workers, Q.worker .. id
+check_types('zset', workers, 'hash', mine)
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
 if ttl <= 0 then

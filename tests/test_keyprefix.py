@@ -96,7 +96,7 @@ def test_every_key_shares_the_hash_slot(db: redis.Redis, prefix: str) -> None:
 NAMES_SCRIPT = """--#include queue.lua
 local q = queue_at(1)
 return {q.queue, q.processing, q.item .. 'x', q.lease .. 'x', q.deliveries, q.reasons,
-  q.delayed, q.dead, q.dead_item .. 'x', q.waiting, q.wake}
+  q.delayed, q.dead, q.dead_item .. 'x', q.waiting, q.wake, q.workers, q.worker .. 'x'}
 """
 
 
@@ -122,5 +122,7 @@ def test_lua_names_the_keys_as_queue_keys_does(bytes_db: redis.Redis, prefix: st
         keys.dead_item("x"),
         keys.waiting,
         keys.wake,
+        keys.workers,
+        keys.worker("x"),
     ]
     assert [bytes(r).decode() for r in reply] == expected

@@ -6,14 +6,16 @@
 -- P:deliveries and P:reasons (hashes id -> delivery count / last failure reason), P:delayed
 -- (sorted set id -> due ms), P:dead (sorted set id -> ms buried) with P:dead:<id> (hash: data,
 -- deliveries, reason), P:waiting (sorted set of blocked workers -> ms their registration lapses)
--- and P:wake (list of wake-up tokens for them). Every one of them shares P's hash tag, if any.
+-- and P:wake (list of wake-up tokens for them); the worker runner's P:workers (sorted set of live
+-- workers -> ms their registration lapses) and P:worker:<id> (hash: one worker's registration).
+-- Every one of them shares P's hash tag, if any.
 local NQ = #KEYS
 
 -- A queue's key names, each made the first time it is used.
 local NAMES = {
   processing = ':processing', item = ':item:', lease = ':lease:', deliveries = ':deliveries',
   reasons = ':reasons', delayed = ':delayed', dead = ':dead', dead_item = ':dead:',
-  waiting = ':waiting', wake = ':wake',
+  waiting = ':waiting', wake = ':wake', workers = ':workers', worker = ':worker:',
 }
 local LAZY = {
   __index = function(q, name)

@@ -84,7 +84,8 @@ def load_handler(spec: str) -> Handler:
     """Import a handler named ``"package.module:function"``.
 
     Raises:
-        InvalidArgumentError: The spec is malformed or does not name a callable.
+        InvalidArgumentError: The spec is malformed, its module fails to import, or it does not
+            name a callable.
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -95,6 +96,11 @@ def load_handler(spec: str) -> Handler:
             target = getattr(target, part)
     except (ImportError, AttributeError) as err:
         raise InvalidArgumentError(f"cannot load handler {spec!r}: {err}") from err
+    except Exception as err:  # the module itself failed while it was imported
+        raise InvalidArgumentError(
+            f"cannot load handler {spec!r}: importing {module_name!r} raised "
+            f"{type(err).__name__}: {err}"
+        ) from err
     if not callable(target):
         raise InvalidArgumentError(f"handler {spec!r} is not callable")
     handler: Handler = target
