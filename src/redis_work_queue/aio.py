@@ -21,7 +21,6 @@ from .ops import (
     PendingItem,
     QueuedItem,
     QueueStats,
-    check_item,
     max_block,
 )
 from .protocol import arun
@@ -71,8 +70,7 @@ class AsyncWorkQueue(QueueBase):
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
-        call = self.ops.add_call([check_item(item)], unique=True)
-        call.script.queue_on(pipeline, call.keys, call.args)
+        self.ops.queue_add_on(pipeline, item)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_item_to_pipeline`."""

@@ -263,6 +263,13 @@ def check_item(item: object) -> Item:
     """
     if not isinstance(item, Item):
         raise InvalidArgumentError(f"expected an Item, got {type(item).__name__}")
+    # An item is a dict, so its two keys can be changed after it was made.
+    item_id, data = item.get("id"), item.get("data")
+    if type(item_id) is not str or not isinstance(data, bytes):
+        raise InvalidArgumentError(
+            f"an item needs item['id'] a str and item['data'] bytes; got "
+            f"{type(item_id).__name__} and {type(data).__name__} (make it with Item(data, id))"
+        )
     return item
 
 
@@ -394,6 +401,16 @@ class QueueOps:
             fields += (item.id(), item.data())
         flag = "1" if unique else "0"
         return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
+
+    def queue_add_on(self, pipeline: Any, item: Item) -> None:
+        """Queue the add of one item whose id is new on a pipeline (sync or asyncio).
+
+        It leaves two replies in the pipeline's results, shaped as the reference client's SET
+        and LPUSH leave them: 1 (the item was stored) and the main queue's length after it.
+        """
+        call = self.add_call([check_item(item)], unique=True)
+        call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
+        pipeline.execute_command("LLEN", self.keys.queue)
 
     def add(
         self,
