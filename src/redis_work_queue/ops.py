@@ -54,6 +54,12 @@ _AGAIN = -2
 #: hz 10), so a waiting worker wakes for a delayed item by blocking until shortly before it is
 #: due and then sleeping locally for the rest: it gets the item within a few ms of its due time.
 TICK_SECS = 0.11
+#: The longest single blocking wait of a worker, whatever the timeout asked. A worker of
+#: another implementation blocked on the same main queue may take the wake-up meant for ours
+#: (see ``schedule`` in ``lua/include/delay.lua``); ours then still looks again within this
+#: time. A worker's registration in ``P:waiting`` lapses one second after its wait ends, so
+#: a worker killed while waiting leaves no trace after two.
+WAIT_SLICE_SECS = 1.0
 
 
 @dataclass(frozen=True)
@@ -840,7 +846,7 @@ def lease_steps(
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
-        slice_secs = max(min(remaining, max_block), 0.001)
+        slice_secs = max(min(remaining, max_block, WAIT_SLICE_SECS), 0.001)
         flag_ms = round(slice_secs * 1000) + 1000 if remaining > 0.001 else 0
         want = min(count, LEASE_CHUNK)
         reply = yield plan.lease(ms, token, once, want, flag_ms, waiter, registered)

@@ -509,8 +509,8 @@ def lease_from(
     worker with the queues, and every push by this library onto a queue with a registered worker
     also pushes a wake-up token that the worker waits for (BLPOP). Tokens carry no items, so a
     worker killed while waiting loses nothing. A push by a client of another implementation
-    does not wake the worker: it finds the item at its next look, within at most 60 s (or half
-    the client's socket timeout).
+    does not wake the worker: it finds the item at its next look, within a second (a blocking
+    wait lasts at most ``WAIT_SLICE_SECS``).
 
     On Redis Cluster, queues whose prefixes do not share a ``{hash tag}`` cannot be looked at in
     one call: then each is tried in turn, in priority order, and a blocked worker waits on the
