@@ -344,8 +344,8 @@ def reference_node(request: pytest.FixtureRequest) -> Path:
     """A build of the reference Node.js client: a directory with ``dist/`` and ``node_modules/``.
 
     The source is copied out (never built in place), installed with ``npm ci`` (its lock file)
-    and compiled with ``npx tsc``, under the pytest cache keyed by the source's hash, so later
-    runs reuse it.
+    and compiled with ``npx tsc``, under the pytest cache (or the temp dir, without one) keyed
+    by the source's hash, so later runs reuse it.
     """
     node, npm, npx = (shutil.which(name) for name in ("node", "npm", "npx"))
     if node is None or npm is None or npx is None:
@@ -354,7 +354,12 @@ def reference_node(request: pytest.FixtureRequest) -> Path:
     if source is None:
         _skip_or_fail("the reference Node.js client's source was not found")
     assert source is not None and npm is not None and npx is not None
-    cache_root = Path(request.config.cache.mkdir("reference-node"))
+    cache = getattr(request.config, "cache", None)  # None with -p no:cacheprovider
+    if cache is not None:
+        cache_root = Path(cache.mkdir("reference-node"))
+    else:
+        cache_root = Path(tempfile.gettempdir()) / "rwq-reference-node"
+        cache_root.mkdir(exist_ok=True)
     build = cache_root / _source_digest(source)
     if (build / "dist" / "WorkQueue.js").is_file():
         return build

@@ -39,12 +39,17 @@ PY_WORKER = TESTS / "interop_worker.py"
 COMMAND_TIMEOUT = 60.0
 
 
+#: What json_line returns for a line that is not JSON.
+NOT_JSON = object()
+
+
 def json_line(line: str) -> Any:
-    """A JSON line of the driver, or None for what the client itself logs (its cleans print)."""
+    """A JSON line of the driver, or NOT_JSON for what the client itself logs (its cleans
+    print)."""
     try:
         return json.loads(line)
     except ValueError:
-        return None
+        return NOT_JSON
 
 
 class Proc:
@@ -67,7 +72,7 @@ class Proc:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             parsed = json_line(line)
-            if parsed is not None:
+            if parsed is not NOT_JSON:
                 self.lines.put(parsed)
 
     def drain(self) -> list[Any]:
@@ -156,7 +161,7 @@ class NodeClient:
                 check=False,
             )
         assert done.returncode == 0, done.stderr
-        return [v for v in map(json_line, done.stdout.splitlines()) if v is not None]
+        return [v for v in map(json_line, done.stdout.splitlines()) if v is not NOT_JSON]
 
     def add(self, items: list[tuple[str, bytes]], unique: bool = False) -> list[bool]:
         wire = [{"id": item_id, "data": data.hex()} for item_id, data in items]
