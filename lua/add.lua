@@ -9,15 +9,29 @@
 -- Keeps: the data keys are written before the ids are pushed; an existing item is never queued
 -- a second time (unless the check is skipped); a new item starts without bookkeeping (a count
 -- left by a client of another implementation is dropped); a delayed item holds a delay lease,
--- so no cleaner queues it early.
+-- so no cleaner queues it early; every key the call may write is type-checked before its first
+-- write.
 local unique, delay, at, ttl = arg(1) == '1', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
-redis.call('LLEN', Q.queue)
 local now, due = 0, 0
 if delay > 0 or at > 0 then
-  redis.call('ZCARD', Q.delayed)
   now = now_ms()
   due = at > 0 and at or now + delay
 end
+-- Every key the call may write is checked before its first write. Without the existence check,
+-- the first item's SET ... GET fails by itself on a data key of the wrong type (with the check, SET
+-- NX leaves such a key alone: that item is not added); a delayed item's lease key is replaced.
+local strings = {}
+for i = NQ + 5, #ARGV, 2 do
+  if unique and i > NQ + 5 then
+    strings[#strings + 1] = Q.item .. ARGV[i]
+  end
+  if due > now then
+    strings[#strings + 1] = Q.lease .. ARGV[i]
+  end
+end
+local sets = due > now and {Q.delayed} or {}
+check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons}, 'zset', sets, 'string', strings)
+check_wake(Q)
 local added, ready, fresh_ids = {}, {}, {}
 for i = NQ + 5, #ARGV, 2 do
   local id, data = ARGV[i], ARGV[i + 1]

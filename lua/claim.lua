@@ -7,17 +7,42 @@
 -- Returns {{queue index, id, data, deliveries, ms leased}}, or 0 when the id cannot be handed
 -- out: a cleaner already gave it back to the main queue (it is no longer on the processing list),
 -- it is no longer an item, it is a stray copy of a leased item, or it was buried.
--- Keeps: an id is leased only while it is on the processing list, so a cleaner that requeued it
+-- Keeps: every key the call may write is type-checked before its first write (a lease key of
+-- another type reads as held by another worker); a wrong type fails the call with the move
+-- undone. An id is leased only while it is on the processing list, so a cleaner that requeued it
 -- between the move and this claim cannot make it both queued and leased. A worker that dies
 -- before the claim leaves an id on the processing list without a lease: the next light clean
 -- requeues it.
 local ms, token, once, id, waiter = arg(1), arg(2), arg(3) == '1', arg(4), arg(5)
+local max = tonumber(arg(6))
 if not redis.call('LPOS', Q.processing, id) then
   return 0
 end
-local data = redis.call('GET', Q.item .. id)
+-- Every key the call may write is checked before its first write. The queue's own keys were
+-- checked by the lease call before the move; when the item's keys are of the wrong type, the move
+-- is undone (the id goes back to the end of the main queue it was taken from) before the error.
+check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons})
+if waiter ~= '' then
+  check_types('zset', {Q.waiting}, 'list', {Q.wake})
+end
+local data = redis.pcall('GET', Q.item .. id)
+local err
+if type(data) == 'table' then
+  err = 'WRONGTYPE ' .. Q.item .. id .. ' is not a string'
+else
+  local counts = max > 0 and {redis.call('HGET', Q.deliveries, id)} or {}
+  err = wrong_type(bury_keys(Q, {id}, counts, max))
+end
 local now = now_ms()
-local taken = take(Q, id, data, ms, token, tonumber(arg(6)), once, now)
+if err then
+  redis.call('LREM', Q.processing, 1, id)
+  redis.call('RPUSH', Q.queue, id)
+  if waiter ~= '' then
+    leave(Q, waiter, now)
+  end
+  error(err, 0)
+end
+local taken = take(Q, id, data, ms, token, max, once, now)
 if taken then
   if waiter ~= '' then
     leave(Q, waiter, now)

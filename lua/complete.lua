@@ -5,33 +5,47 @@
 -- arg(1), arg(2), ... item ids
 -- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
 -- item had already been completed (or had expired).
--- Keeps: exactly one call returns 1 per item; no bookkeeping of an item is left behind. The id is
--- looked for near the oldest end of the processing list first (completing in lease order), then
--- from the newest end (short jobs among long ones), so neither pattern scans the whole list.
+-- Keeps: exactly one call returns 1 per item; no bookkeeping of an item is left behind; every key
+-- the call may write is type-checked before its first write (a lease key of another type is left
+-- alone). The id is looked for near the oldest end of the processing list first (completing in
+-- lease order), then from the newest end (short jobs among long ones), so neither pattern scans
+-- the whole list.
 local NEAR = 64
-local done, ids, leases = {}, {}, {}
+local ids, items, leases, near = {}, {}, {}, {}
 for i = NQ + 1, #ARGV do
   local id = ARGV[i]
-  -- The first read of the processing list also fails, before any write, on a key of the wrong
-  -- type.
-  local near = redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR)
-  done[#done + 1] = redis.call('DEL', Q.item .. id)
-  redis.call('LREM', Q.processing, near and -1 or 1, id)
   ids[#ids + 1] = id
+  items[#items + 1] = Q.item .. id
   leases[#leases + 1] = Q.lease .. id
+  -- Also fails, before any write, on a processing list of the wrong type.
+  near[#near + 1] = redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR)
 end
--- The leases, delays and bookkeeping of all the items at once.
+-- The leases and delays of all the items at once (a lease key of another type reads as none and
+-- is left alone).
 local held = redis.call('MGET', unpack(leases))
-local delayed = {}
+local delayed, live = {}, {}
 for j, value in ipairs(held) do
+  if value then
+    live[#live + 1] = leases[j]
+  end
   if value == DELAY_TOKEN then
     delayed[#delayed + 1] = ids[j]
   end
 end
+-- Every key the call may write is checked before its first write.
+local sets = #delayed > 0 and {Q.delayed} or {}
+check_types('string', items, 'hash', {Q.deliveries, Q.reasons}, 'zset', sets)
+local done = {}
+for j, id in ipairs(ids) do
+  done[j] = redis.call('DEL', items[j])
+  redis.call('LREM', Q.processing, near[j] and -1 or 1, id)
+end
 if #delayed > 0 then
   redis.call('ZREM', Q.delayed, unpack(delayed))
 end
-redis.call('DEL', unpack(leases))
+if #live > 0 then
+  redis.call('DEL', unpack(live))
+end
 redis.call('HDEL', Q.deliveries, unpack(ids))
 redis.call('HDEL', Q.reasons, unpack(ids))
 return done

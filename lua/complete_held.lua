@@ -6,19 +6,37 @@
 -- completed already. Nothing changes for an item the caller does not hold.
 -- Keeps: a caller never removes an item it does not hold, so a late or repeated call cannot take
 -- away work that another worker is doing, nor an item added again under the same id; no
--- bookkeeping of a completed item is left behind.
-redis.call('LLEN', Q.processing)
-local done = {}
+-- bookkeeping of a completed item is left behind; every key the call may write is type-checked
+-- before its first write.
+local ids, tokens, leases = {}, {}, {}
 for i = NQ + 1, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local lease = Q.lease .. id
-  if redis.call('GET', lease) == token then
-    done[#done + 1] = redis.call('DEL', Q.item .. id)
+  ids[#ids + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
+  leases[#leases + 1] = Q.lease .. ARGV[i]
+end
+if #ids == 0 then
+  return {}
+end
+-- Which leases the caller holds (a lease key of another type reads as none: not held), then every
+-- key the call may write is checked before its first write.
+local values = redis.call('MGET', unpack(leases))
+local items = {}
+for j, id in ipairs(ids) do
+  if values[j] == tokens[j] then
+    items[#items + 1] = Q.item .. id
+  end
+end
+check_types('list', {Q.processing}, 'hash', {Q.deliveries, Q.reasons}, 'string', items)
+local done = {}
+for j, id in ipairs(ids) do
+  -- A lease read above may be gone by now only if an earlier pair of this call completed it.
+  if values[j] == tokens[j] and redis.call('GET', leases[j]) == tokens[j] then
+    done[j] = redis.call('DEL', Q.item .. id)
     redis.call('LREM', Q.processing, -1, id)
-    redis.call('DEL', lease)
+    redis.call('DEL', leases[j])
     forget(Q, id)
   else
-    done[#done + 1] = 0
+    done[j] = 0
   end
 end
 return done

@@ -15,18 +15,30 @@
 -- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
 -- is always on the processing list; an id without a data key is dropped, never handed out; an
--- item is never handed out more than max deliveries times.
+-- item is never handed out more than max deliveries times. Every queue's keys are type-checked
+-- before the first write; the dead letter of an id that has reached max deliveries is checked
+-- before the ids it came with are taken (after earlier takes of the same call, if any).
 local BUDGET = 100
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
 local count, flag, waiter, registered = tonumber(arg(4)), tonumber(arg(5)), arg(6), arg(7) == '1'
 local budget = BUDGET
 local now = now_ms()
 local out = {}
+-- Every key the call may write is checked before its first write (promote reads the first
+-- queue's delayed set before it writes; a data or lease key of another type reads as none).
+for i = 1, NQ do
+  local q = queue_at(i)
+  local delayed = i > 1 and {q.delayed} or {}
+  check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset', delayed)
+  if flag > 0 or registered then
+    check_types('zset', {q.waiting}, 'list', {q.wake})
+  else
+    check_wake(q)
+  end
+end
 for i = 1, NQ do
   local q = queue_at(i)
   local max = tonumber(arg(7 + i))
-  -- Read before anything is written: a key of the wrong type fails here.
-  redis.call('LLEN', q.processing)
   promote(q, now, BUDGET)
   while #out < count and budget > 0 do
     -- The oldest ids (at the tail), and their data, in one read each.
@@ -39,6 +51,9 @@ for i = 1, NQ do
       keys[j] = q.item .. id
     end
     local data = redis.call('MGET', unpack(keys))
+    if max > 0 then
+      check_types(bury_keys(q, ids, redis.call('HMGET', q.deliveries, unpack(ids)), max))
+    end
     redis.call('RPOP', q.queue, #ids)
     local taken_ids = {}
     for j = #ids, 1, -1 do

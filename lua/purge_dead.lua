@@ -4,11 +4,18 @@
 -- arg(1)... as dead.lua
 -- Returns {purged, skipped}: how many dead letters were deleted, and how many chosen ids were not
 -- dead letters.
--- Keeps: live items are never touched.
-redis.call('ZCARD', Q.dead)
+-- Keeps: live items are never touched; every key the call may write is type-checked before its
+-- first write.
+local ids = chosen_dead()
+local letters = {}
+for i, id in ipairs(ids) do
+  letters[i] = Q.dead_item .. id
+end
+-- Every key the call may write is checked before its first write.
+check_types('zset', {Q.dead}, 'hash', letters)
 local purged, skipped = 0, 0
-for _, id in ipairs(chosen_dead()) do
-  local gone = redis.call('DEL', Q.dead_item .. id)
+for i, id in ipairs(ids) do
+  local gone = redis.call('DEL', letters[i])
   redis.call('ZREM', Q.dead, id)
   purged = purged + gone
   skipped = skipped + 1 - gone

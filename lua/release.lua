@@ -10,18 +10,22 @@
 -- delivered max times and was buried instead, 0 when the caller does not hold the lease (or the
 -- item no longer exists); then nothing changed.
 -- Keeps: only the lease holder can release; the item leaves the processing list and enters the
--- main queue, the delayed set or the dead-letter store in the same step.
+-- main queue, the delayed set or the dead-letter store in the same step; every key the call may
+-- write is type-checked before its first write.
 local id, held, delay, max, undo, reason = arg(1), arg(2), tonumber(arg(3)), tonumber(arg(4)), arg(5) == '1', arg(6)
 local lease = Q.lease .. id
 if redis.call('GET', lease) ~= held then
   return 0
 end
-redis.call('LLEN', Q.queue)
-redis.call('ZCARD', Q.delayed)
-redis.call('ZCARD', Q.dead)
+-- Every key the call may write is checked before its first write.
 local data = redis.call('GET', Q.item .. id)
 local n = delivered(Q, id)
-redis.call('HLEN', Q.reasons)
+local delayed = delay > 0 and {Q.delayed} or {}
+check_types('list', {Q.queue, Q.processing}, 'hash', {Q.reasons}, 'zset', delayed)
+if data and not undo then
+  check_types(bury_keys(Q, {id}, {n}, max))
+end
+check_wake(Q)
 redis.call('DEL', lease)
 redis.call('LREM', Q.processing, -1, id)
 if not data then

@@ -5,17 +5,22 @@
 -- arg(1)... as dead.lua
 -- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
 -- letters or are in use by a live item again (those stay dead).
--- Keeps: a dead letter becomes an item again (data key, then queue) in one step.
-redis.call('LLEN', Q.queue)
-redis.call('ZCARD', Q.dead)
-redis.call('HLEN', Q.deliveries)
-redis.call('HLEN', Q.reasons)
+-- Keeps: a dead letter becomes an item again (data key, then queue) in one step; every key the
+-- call may write is type-checked before its first write.
+-- Every key the call may write is checked before its first write: each dead letter's data is
+-- read first (a data key of another type makes SET NX skip that id and leave the key alone).
+local ids = chosen_dead()
+local datas = {}
+for i, id in ipairs(ids) do
+  datas[i] = redis.call('HGET', Q.dead_item .. id, 'data')
+end
+check_types('list', {Q.queue}, 'zset', {Q.dead}, 'hash', {Q.deliveries, Q.reasons})
+check_wake(Q)
 local requeued, skipped = 0, 0
-for _, id in ipairs(chosen_dead()) do
-  local key = Q.dead_item .. id
-  local data = redis.call('HGET', key, 'data')
+for i, id in ipairs(ids) do
+  local data = datas[i]
   if data and redis.call('SET', Q.item .. id, data, 'NX') then
-    redis.call('DEL', key)
+    redis.call('DEL', Q.dead_item .. id)
     redis.call('ZREM', Q.dead, id)
     forget(Q, id)
     enqueue(Q, id, false)

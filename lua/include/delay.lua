@@ -7,7 +7,8 @@ local DELAY_GRACE_MS = 60000
 -- Hold an item back until due (ms). When it falls due before any other delayed item and a worker
 -- is blocked on the queue, that worker is woken so that it waits for the new due time: an empty
 -- id (never an item's id, so every client drops it when met) is pushed onto the main queue for a
--- worker blocked on this queue alone, and a token onto the wake list.
+-- worker blocked on this queue alone, and a token onto the wake list. The caller checks the
+-- delayed set, the item's lease key, the main queue and the wake list beforehand.
 local function schedule(q, id, due, now)
   local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   redis.call('ZADD', q.delayed, due, id)
@@ -21,14 +22,24 @@ end
 -- Move up to budget due items, soonest first, to the leasing end of the main queue; returns how
 -- many were due. An item whose delay lease lapsed (nothing promoted it for a minute after it was
 -- due) is queued too, unless a cleaner of another implementation queued it meanwhile (or a worker
--- leased it: then it has a lease again).
+-- leased it: then it has a lease again). Its first call reads the delayed set, and the leases are
+-- read before anything is written (a lease key of another type reads as none and is left alone);
+-- the caller checks the lists and the wake list (check_wake) beforehand.
 local function promote(q, now, budget)
   local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', 0, budget)
+  if #due == 0 then
+    return 0
+  end
+  local leases = {}
+  for i, id in ipairs(due) do
+    leases[i] = q.lease .. id
+  end
+  local values = redis.call('MGET', unpack(leases))
   for i = #due, 1, -1 do
     local id = due[i]
     redis.call('ZREM', q.delayed, id)
-    local lease = q.lease .. id
-    local held = redis.call('GET', lease)
+    local lease = leases[i]
+    local held = values[i]
     if held == DELAY_TOKEN then
       redis.call('DEL', lease)
       held = false

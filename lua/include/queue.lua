@@ -33,6 +33,32 @@ local function arg(k)
   return ARGV[NQ + k]
 end
 
+-- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a list
+-- of keys, that exists and holds another type than its kind; nil when there is none.
+local function wrong_type(...)
+  local spec = {...}
+  for i = 1, #spec, 2 do
+    local kind = spec[i]
+    for _, key in ipairs(spec[i + 1]) do
+      local found = redis.call('TYPE', key)
+      found = found.ok or found
+      if found ~= kind and found ~= 'none' then
+        return 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind
+      end
+    end
+  end
+  return nil
+end
+
+-- Fail early on a wrong type: called with wrong_type's arguments before a script's first write,
+-- so that the error leaves every key as it was.
+local function check_types(...)
+  local err = wrong_type(...)
+  if err then
+    error(err, 0)
+  end
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,7 +1,8 @@
 -- take: hand items out, or bury them in the dead-letter store.
 
 -- Move an item to the dead-letter store: its data, delivery count and reason are kept under a key
--- outside P:item:*, so no cleaner of any implementation brings it back.
+-- outside P:item:*, so no cleaner of any implementation brings it back. The caller checks the dead
+-- set, the dead letter's hash and the bookkeeping hashes beforehand (see bury_keys).
 local function bury(q, id, data, deliveries, reason, now)
   local key = q.dead_item .. id
   redis.call('DEL', key)
@@ -11,8 +12,23 @@ local function bury(q, id, data, deliveries, reason, now)
   forget(q, id)
 end
 
+-- The keys that burying ids would write (those of ids whose delivery count, as read from
+-- P:deliveries, has reached max), as arguments of check_types or wrong_type.
+local function bury_keys(q, ids, counts, max)
+  local letters = {}
+  if max > 0 then
+    for i, id in ipairs(ids) do
+      if tonumber(counts[i] or '0') >= max then
+        letters[#letters + 1] = q.dead_item .. id
+      end
+    end
+  end
+  return 'zset', #letters > 0 and {q.dead} or {}, 'hash', letters
+end
+
 -- Hand out an id just taken off the main queue (data: its data key's value, read before the id
--- was taken, so that a wrong type fails before any write). Returns
+-- was taken; a data key of another type reads as none, and the id is dropped). The caller checks
+-- the bookkeeping hashes beforehand, and bury_keys. Returns
 -- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
 -- a stray copy of a leased item, or has been delivered max times (it is then buried). With once,
 -- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the

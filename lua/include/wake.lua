@@ -13,6 +13,14 @@ local function wake(q, n)
   end
 end
 
+-- Check, before a script's first write, the key that wake writes: the wake list, which is pushed
+-- only while a worker is registered.
+local function check_wake(q)
+  if redis.call('EXISTS', q.waiting) == 1 then
+    check_types('list', {q.wake})
+  end
+end
+
 -- Push an id onto the main queue: at the back of the line, or (next) at the leasing end.
 local function enqueue(q, id, next)
   redis.call(next and 'RPUSH' or 'LPUSH', q.queue, id)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 from .errors import ScriptError, WrongKeyTypeError
 
@@ -41,6 +41,7 @@ def raw_command(client: Any, *args: Arg, **options: Any) -> Any:
 
     Raises:
         WrongKeyTypeError: A key holds the wrong Redis type.
+        redis.exceptions.OutOfMemoryError: The server refused a write for lack of memory.
     """
     try:
         return client.execute_command(*args, **options, **{NEVER_DECODE: True})
@@ -61,8 +62,17 @@ async def araw_command(client: Any, *args: Arg, **options: Any) -> Any:
 
 
 def translate_error(err: ResponseError) -> Exception:
-    """Turn a server error raised by a script into this library's exception."""
+    """Turn a server error raised by a script into the exception the caller gets.
+
+    A script refused because the server is out of memory (``maxmemory`` with the
+    ``noeviction`` policy) stays redis-py's :class:`redis.exceptions.OutOfMemoryError`: Redis
+    refuses a script only at its first write, so nothing was changed, and the caller may retry
+    once memory is freed. A key of the wrong type gives :class:`WrongKeyTypeError`, anything
+    else :class:`ScriptError`.
+    """
     message = str(err)
+    if isinstance(err, OutOfMemoryError) or message.startswith("OOM "):
+        return OutOfMemoryError(message)
     if "WRONGTYPE" in message:
         return WrongKeyTypeError(
             "a key of this queue holds a value of the wrong Redis type; nothing was changed "
@@ -90,6 +100,8 @@ class Script:
 
         Raises:
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+            redis.exceptions.OutOfMemoryError: The server refused the script for lack of memory
+                (``maxmemory`` with ``noeviction``); nothing was changed.
             ScriptError: Any other error raised by the script.
         """
         params = self._params(keys, args)

@@ -1,0 +1,379 @@
+"""Every operation checks the types of the keys it writes before its first write.
+
+A table of every public operation x every key of a queue's layout x every wrong Redis type: a
+realistic queue (items queued, leased, expired, delayed, dead, lost) gets one key replaced by a
+value of another type, the operation runs, and a full dump of the database (every key: type,
+value, TTL rounded) is compared before and after. Either the operation succeeds and leaves the
+planted key as it was, or it raises one of the library's errors and nothing changed at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+
+from conftest import RedisServer
+from redis_work_queue import (
+    Item,
+    KeyPrefix,
+    WorkQueue,
+    WorkQueueError,
+    WrongKeyTypeError,
+    lease_from,
+    scripts,
+)
+from redis_work_queue.keyprefix import QueueKeys
+from redis_work_queue.protocol import run
+
+PREFIX = KeyPrefix("p")
+OTHER = KeyPrefix("p2")
+KEYS = QueueKeys(PREFIX)
+LEASE_SECS = 30
+#: TTLs are compared in steps of this many ms (leases of 30 s, delay leases of 90 s, items of
+#: 300 s all sit far from a step's edge).
+TTL_STEP_MS = 10_000
+#: A blocking lease that must time out waits this long.
+SHORT_WAIT = 0.05
+
+#: The keys of the layout (keyprefix.QueueKeys) and the type each one holds; the per-item keys
+#: are planted for the id the operation acts on.
+LAYOUT = {
+    "queue": "list",
+    "processing": "list",
+    "item": "string",
+    "lease": "string",
+    "deliveries": "hash",
+    "reasons": "hash",
+    "delayed": "zset",
+    "dead": "zset",
+    "dead_item": "hash",
+    "waiting": "zset",
+    "wake": "list",
+}
+TYPES = ("string", "list", "hash", "set", "zset")
+
+
+def key_of(name: str, item_id: str) -> str:
+    if name == "item":
+        return KEYS.item(item_id)
+    if name == "lease":
+        return KEYS.lease(item_id)
+    if name == "dead_item":
+        return KEYS.dead_item(item_id)
+    key: str = getattr(KEYS, name)
+    return key
+
+
+Dump = dict[bytes, tuple[str, Any, int]]
+
+
+def dump(db: redis.Redis) -> Dump:
+    """Every key of the database: its type, its whole value and its TTL (rounded)."""
+    keys = list(db.scan_iter(count=1000))
+    with db.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.type(key)
+        kinds = [kind.decode() for kind in pipe.execute()]
+    with db.pipeline(transaction=False) as pipe:
+        for key, kind in zip(keys, kinds, strict=True):
+            if kind == "string":
+                pipe.get(key)
+            elif kind == "list":
+                pipe.lrange(key, 0, -1)
+            elif kind == "hash":
+                pipe.hgetall(key)
+            elif kind == "set":
+                pipe.smembers(key)
+            else:
+                pipe.zrange(key, 0, -1, withscores=True)
+            pipe.pttl(key)
+        replies = pipe.execute()
+    state: Dump = {}
+    for i, (key, kind) in enumerate(zip(keys, kinds, strict=True)):
+        value, pttl = replies[2 * i], int(replies[2 * i + 1])
+        if kind == "hash":
+            value = sorted(value.items())
+        elif kind == "set":
+            value = sorted(value)
+        state[key] = (kind, value, round(pttl / TTL_STEP_MS) if pttl > 0 else pttl)
+    return state
+
+
+def plant(db: redis.Redis, key: str, kind: str) -> None:
+    """Replace ``key`` with a value of type ``kind``."""
+    db.delete(key)
+    if kind == "string":
+        db.set(key, b"planted")
+    elif kind == "list":
+        db.rpush(key, b"planted")
+    elif kind == "hash":
+        db.hset(key, b"planted", b"1")
+    elif kind == "set":
+        db.sadd(key, b"planted")
+    else:
+        db.zadd(key, {b"planted": 1})
+
+
+@dataclass
+class State:
+    """What an operation needs from the queue that was set up."""
+
+    db: redis.Redis
+    #: Another client of the same server.
+    other: redis.Redis
+    held: Item
+    #: (list key, id) pushed by the other client while the operation ran.
+    pushed: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def setup_queue(db: redis.Redis, other: redis.Redis, queued: bool = True) -> State:
+    """A queue in a realistic state.
+
+    ``dead1`` is a dead letter; ``held`` is leased (its second delivery, after a release with a
+    reason); ``stale`` is on the processing list with its lease expired; ``a`` and ``b`` are
+    queued (``a`` is next) unless ``queued`` is false; ``later`` is delayed; ``lost`` has a data
+    key only (lost from both lists).
+    """
+    once = WorkQueue(PREFIX, max_deliveries=1)
+    once.add_item(db, Item(b"dead data", id="dead1"))
+    dying = once.lease(db, LEASE_SECS, block=False)
+    assert dying is not None
+    assert once.release(db, dying, reason="boom")
+    queue = WorkQueue(PREFIX)
+    queue.add_item(db, Item(b"stale data", id="stale"))
+    stale = queue.lease(db, LEASE_SECS, block=False)
+    assert stale is not None
+    db.delete(KEYS.lease("stale"))  # its lease expired
+    queue.add_item(db, Item(b"held data", id="held"))
+    held = queue.lease(db, LEASE_SECS, block=False)
+    assert held is not None
+    assert queue.release(db, held, reason="retry")
+    held = queue.lease(db, LEASE_SECS, block=False)
+    assert held is not None and held.id() == "held"
+    if queued:
+        queue.add_item(db, Item(b"a data", id="a"))
+        queue.add_item(db, Item(b"b data", id="b"))
+    queue.add_item(db, Item(b"later data", id="later"), delay=30)
+    db.set(KEYS.item("lost"), b"lost data")
+    return State(db, other, held)
+
+
+@contextlib.contextmanager
+def pushing_when_blocked(s: State) -> Iterator[None]:
+    """While the body runs, another client pushes ``late`` (whose data key exists) onto the main
+    queue as soon as a worker has registered as blocked on it: a blocking lease then claims it."""
+    done = threading.Event()
+
+    def push() -> None:
+        deadline = time.monotonic() + 5
+        while not done.is_set() and time.monotonic() < deadline:
+            if s.other.type(KEYS.waiting) == b"zset":
+                time.sleep(0.01)  # let the worker reach its blocking move
+                s.other.lpush(KEYS.queue, b"late")
+                s.pushed.append((KEYS.queue.encode(), b"late"))
+                return
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def q(max_deliveries: int | None = None) -> WorkQueue:
+    return WorkQueue(PREFIX, max_deliveries=max_deliveries)
+
+
+def _lease_claim(s: State) -> Any:
+    with pushing_when_blocked(s):
+        return q().lease(s.db, LEASE_SECS, timeout=1)
+
+
+def _release_undo(s: State) -> Any:
+    # The runners' release of an item they never started (WorkQueue has no public undo).
+    return run(s.db, q().ops.release(s.held, 0, "stopping", undo=True))
+
+
+def _complete_held(s: State) -> Any:
+    # The Spark data source's completion (spark/calls.py), without importing Spark.
+    assert s.held.lease_token is not None
+    pairs = ("held", s.held.lease_token, "stale", "someone@1")
+    return scripts.load("complete_held")(s.db, KEYS.script_keys, (*KEYS.script_args, *pairs))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One public operation: its name, the id whose per-item keys are planted, and the call."""
+
+    name: str
+    item_id: str
+    call: Callable[[State], Any]
+    queued: bool = True
+    #: The operation deletes every key of the queue, the planted one included.
+    removes_all: bool = False
+    #: The data key of ``late`` exists: another client pushes it while the operation runs.
+    late: bool = False
+
+
+OPS = [
+    Op("add", "new", lambda s: q().add_item(s.db, Item(b"new", id="new"))),
+    Op("add_unique", "new", lambda s: q().add_unique_item(s.db, Item(b"new", id="new"))),
+    Op("add-delay", "new", lambda s: q().add_item(s.db, Item(b"new", id="new"), delay=30)),
+    Op("add-ttl", "new", lambda s: q().add_item(s.db, Item(b"new", id="new"), ttl=300)),
+    Op(
+        "add_items",
+        "n2",
+        lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")]),
+    ),
+    Op(
+        "add_items-unique",
+        "n2",
+        lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")], unique=True),
+    ),
+    Op("lease", "a", lambda s: q().lease(s.db, LEASE_SECS, block=False)),
+    Op("lease-max", "a", lambda s: q(3).lease(s.db, LEASE_SECS, block=False)),
+    Op("lease-blocking", "a", lambda s: q().lease(s.db, LEASE_SECS, timeout=1)),
+    Op(
+        "lease-blocking-wait",
+        "a",
+        lambda s: q().lease(s.db, LEASE_SECS, timeout=SHORT_WAIT),
+        queued=False,
+    ),
+    Op(
+        "lease-blocking-claim",
+        "late",
+        _lease_claim,
+        queued=False,
+        late=True,
+    ),
+    Op(
+        "lease_from",
+        "a",
+        lambda s: lease_from(s.db, [WorkQueue(OTHER), q()], LEASE_SECS, timeout=1),
+    ),
+    Op(
+        "lease_from-wait",
+        "a",
+        lambda s: lease_from(s.db, [WorkQueue(OTHER), q()], LEASE_SECS, timeout=SHORT_WAIT),
+        queued=False,
+    ),
+    Op(
+        "lease-at_most_once",
+        "a",
+        lambda s: q().lease(s.db, LEASE_SECS, block=False, at_most_once=True),
+    ),
+    Op("lease_many", "a", lambda s: q().lease_many(s.db, LEASE_SECS, 5, block=False)),
+    Op("renew", "held", lambda s: q().renew(s.db, s.held, LEASE_SECS)),
+    Op("release", "held", lambda s: q().release(s.db, s.held, reason="again")),
+    Op("release-delay", "held", lambda s: q().release(s.db, s.held, delay=30)),
+    Op(
+        "release-undo",
+        "held",
+        _release_undo,
+    ),
+    Op("release-bury", "held", lambda s: q(2).release(s.db, s.held, reason="last")),
+    Op("complete", "held", lambda s: q().complete(s.db, s.held)),
+    Op(
+        "complete_many",
+        "held",
+        lambda s: q().complete_many(s.db, [Item(b"", id="stale"), s.held]),
+    ),
+    Op("complete_held", "held", _complete_held),
+    Op("light_clean", "stale", lambda s: q().light_clean(s.db)),
+    Op("deep_clean", "lost", lambda s: q().deep_clean(s.db)),
+    Op("stats", "held", lambda s: q().stats(s.db)),
+    Op("peek", "a", lambda s: q().peek(s.db)),
+    Op("pending", "held", lambda s: q().pending(s.db)),
+    Op("dead_letters", "dead1", lambda s: q().dead_letters(s.db)),
+    Op("requeue_dead", "dead1", lambda s: q().requeue_dead(s.db)),
+    Op("requeue_dead-ids", "dead1", lambda s: q().requeue_dead(s.db, ["dead1"])),
+    Op("purge_dead", "dead1", lambda s: q().purge_dead(s.db)),
+    Op("purge_dead-ids", "dead1", lambda s: q().purge_dead(s.db, ["dead1"])),
+    Op("flush", "held", lambda s: q().flush(s.db), removes_all=True),
+]
+
+
+CASES = [
+    pytest.param(op, name, kind, id=f"{op.name}-{name}-{kind}")
+    for op in OPS
+    for name, right in LAYOUT.items()
+    for kind in TYPES
+    if kind != right
+]
+
+
+@pytest.fixture(scope="module")
+def clients(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    """Two clients of the session's server for the whole table; each case empties the database
+    (FLUSHDB of that server only)."""
+    db = redis_server.client(socket_timeout=10)
+    yield db, redis_server.client(socket_timeout=10)
+    db.flushdb()
+
+
+@pytest.mark.parametrize(("op", "name", "kind"), CASES)
+def test_wrong_type_changes_nothing(
+    clients: tuple[redis.Redis, redis.Redis], op: Op, name: str, kind: str
+) -> None:
+    db, other = clients
+    db.flushdb()
+    state = setup_queue(db, other, queued=op.queued)
+    if op.late:
+        db.set(KEYS.item("late"), b"late data")
+    planted = key_of(name, op.item_id)
+    plant(db, planted, kind)
+    before = dump(db)
+    try:
+        op.call(state)
+    except WorkQueueError as err:
+        after = dump(db)
+        expected = dict(before)
+        for key, pushed_id in state.pushed:
+            _, value, ttl = expected.get(key, ("list", [], -1))
+            expected[key] = ("list", [pushed_id, *value], ttl)
+        assert after == expected, f"{op.name} raised {err!r} but changed the database"
+        if isinstance(err, WrongKeyTypeError):
+            assert "wrong" in str(err).lower()
+        return
+    after = dump(db)
+    if op.removes_all:
+        assert not any(key.startswith(b"p:") for key in after), after
+        return
+    assert after.get(planted.encode()) == before[planted.encode()], (
+        f"{op.name} succeeded but changed the planted {kind} at {planted}"
+    )
+
+
+def test_the_table_covers_the_layout() -> None:
+    """The planted keys are the layout's: every key QueueKeys names, fixed or per item."""
+    fixed = {key_of(name, "x") for name in LAYOUT} - {
+        KEYS.item("x"),
+        KEYS.lease("x"),
+        KEYS.dead_item("x"),
+    }
+    assert fixed == set(KEYS.fixed())
+    assert len(CASES) == len(OPS) * len(LAYOUT) * (len(TYPES) - 1)
+
+
+def test_a_wrong_type_names_the_key(clients: tuple[redis.Redis, redis.Redis]) -> None:
+    """The error says which key holds which type, and that nothing changed."""
+    db, other = clients
+    db.flushdb()
+    state = setup_queue(db, other)
+    plant(db, KEYS.processing, "hash")
+    before = dump(db)
+    with pytest.raises(WrongKeyTypeError) as caught:
+        q().release(db, state.held)
+    assert "p:processing" in str(caught.value)
+    assert "nothing was changed" in str(caught.value)
+    assert dump(db) == before
