@@ -14,8 +14,10 @@
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
 -- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
--- is always on the processing list; an id without a data key is dropped, never handed out; an
--- item is never handed out more than max deliveries times. Every queue's keys are type-checked
+-- is always on the processing list, and so is an id met on the main queue while its lease is
+-- live (it is left to its holder); an id without a data key is dropped, never handed out; an
+-- item is never handed out more than max deliveries times; the waiting set and the wake list
+-- expire with the last registration. Every queue's keys are type-checked
 -- before the first write; the dead letter of an id that has reached max deliveries is checked
 -- before the ids it came with are taken (after earlier takes of the same call, if any).
 local BUDGET = 100
@@ -39,6 +41,10 @@ end
 for i = 1, NQ do
   local q = queue_at(i)
   local max = tonumber(arg(7 + i))
+  if registered then
+    -- The caller looks again after a wait: a wake-up meant for it may have been taken.
+    drop_marker(q)
+  end
   promote(q, now, BUDGET)
   while #out < count and budget > 0 do
     -- The oldest ids (at the tail), and their data, in one read each.
@@ -92,7 +98,7 @@ for i = 1, NQ do
     soonest = due
   end
   if flag > 0 then
-    redis.call('ZADD', q.waiting, now + flag, waiter)
+    join(q, waiter, now, flag)
   end
 end
 return soonest
