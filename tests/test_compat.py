@@ -264,3 +264,18 @@ def test_a_wake_up_marker_taken_by_a_foreign_worker_is_dropped_at_our_next_look(
     assert 0 < run(db, look_again()) <= 30_000  # our worker's next look: the item's due time
     assert lrange(db, f"{PREFIX}:processing") == []
     assert lrange(db, f"{PREFIX}:queue") == []
+
+
+def test_a_foreign_item_with_the_empty_id_keeps_its_processing_entry(
+    db: redis.Redis, queue: WorkQueue, foreign: ForeignClient
+) -> None:
+    foreign.add("", b"empty id")
+    assert foreign.lease(30_000) == ("", b"empty id")
+    _register_and_die(queue, db, 5000)
+
+    def look_again() -> Any:
+        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, 5000, "dead-waiter", True))
+
+    assert run(db, look_again()) == -1
+    assert lrange(db, f"{PREFIX}:processing") == [b""]  # its entry, not a marker: kept
+    assert foreign.complete("") is True

@@ -31,10 +31,12 @@ end
 -- Drop the empty id that a worker of another implementation leaves on the processing list when
 -- it takes a wake-up meant for ours (see schedule in delay.lua). It lands at the newest end, so
 -- only the newest MARKER_LOOK entries are searched; every clean drops one that is further in.
--- The caller checks the processing list beforehand.
+-- While an item with the empty id exists (made by another client), the entry may be its own and
+-- stays. The caller checks the processing list beforehand.
 local MARKER_LOOK = 100
 local function drop_marker(q)
-  if redis.call('LPOS', q.processing, '', 'MAXLEN', MARKER_LOOK) then
+  if redis.call('LPOS', q.processing, '', 'MAXLEN', MARKER_LOOK)
+    and redis.call('EXISTS', q.item) == 0 then
     redis.call('LREM', q.processing, 1, '')
   end
 end
