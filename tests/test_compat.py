@@ -8,6 +8,8 @@ spelled out literally: it deliberately does not use the library's key layout cod
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,7 @@ import redis
 
 from conftest import Backend
 from helpers import b, get, lrange, wait_for
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, lease_from
 from redis_work_queue.protocol import run
 
 
@@ -279,3 +281,31 @@ def test_a_foreign_item_with_the_empty_id_keeps_its_processing_entry(
     assert run(db, look_again()) == -1
     assert lrange(db, f"{PREFIX}:processing") == [b""]  # its entry, not a marker: kept
     assert foreign.complete("") is True
+
+
+def test_a_worker_blocked_on_several_queues_finds_a_foreign_push_within_a_second(
+    real_backend: Backend,
+) -> None:
+    db = real_backend.client()
+    high, low = WorkQueue(KeyPrefix(PREFIX)), WorkQueue(KeyPrefix(PREFIX + "-low"))
+    got: list[tuple[Any, float]] = []
+
+    def wait() -> None:
+        worker_db = real_backend.client()
+        worker_db.client_setname("several")
+        got.append((lease_from(worker_db, [high, low], 30, timeout=10), time.monotonic()))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    wait_for(
+        lambda: any(
+            c.get("name") == "several" and c.get("cmd") == "blpop" for c in db.client_list()
+        ),
+        timeout=10,
+        what="the worker to block",
+    )
+    ForeignClient(db, PREFIX).add("f", b"foreign")  # no wake-up token: found at the next look
+    pushed = time.monotonic()
+    waiter.join(10)
+    assert got and got[0][0] is not None and got[0][0][1].id() == "f"
+    assert got[0][1] - pushed < 1.5
