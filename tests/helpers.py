@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -60,3 +61,37 @@ def dump_state(db: redis.Redis) -> dict[bytes, tuple[str, Any, bool]]:
         has_ttl = int(raw(db, "PTTL", key)) > 0
         state[bytes(key)] = (kind, value, has_ttl)
     return state
+
+
+def script_calls(admin: redis.Redis) -> int:
+    """EVALSHA and EVAL calls a server has run since its stats were reset (decoded client)."""
+    stats = admin.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def kill_clients_in(admin: redis.Redis, command: str, timeout: float = 15.0) -> None:
+    """Wait until a client of the server runs ``command`` (such as a blocked WAIT), then kill
+    that client's connection (CLIENT KILL ID) through ``admin`` (a decoded client)."""
+    ids = wait_for(
+        lambda: [c["id"] for c in admin.client_list() if c.get("cmd") == command],
+        timeout,
+        0.01,
+        f"a client running {command}",
+    )
+    for client_id in ids:
+        admin.client_kill_filter(_id=client_id)
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``call`` in a daemon thread; the list gets its result or the exception it raised."""
+    outcome: list[Any] = []
+
+    def body() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as err:  # handed to the test
+            outcome.append(err)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, outcome

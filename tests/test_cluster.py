@@ -20,16 +20,19 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+from helpers import in_thread, kill_clients_in, script_calls
 from redis_work_queue import (
     AsyncWorkQueue,
     CrossSlotError,
     Item,
     KeyPrefix,
+    OutcomeUnknownError,
     ReplicationError,
     WorkQueue,
     alease_from,
     lease_from,
 )
+from redis_work_queue.server import acheck_eviction, check_eviction, eviction_policy
 from servers import (  # noqa: F401 (the fixtures)
     Cluster,
     Proc,
@@ -293,6 +296,45 @@ def test_pipelined_adds(cluster_db: RedisCluster) -> None:
     assert [p.id for p in q.peek(cluster_db)] == ["p1", "p2"]
 
 
+@pytest.mark.parametrize("unique", [False, True])
+def test_pipelined_add_without_a_hash_tag_is_refused_before_queuing(
+    cluster: Cluster, cluster_db: RedisCluster, unique: bool
+) -> None:
+    untagged = queue("plain")
+    tagged = queue()
+    pipe = cluster_db.pipeline()
+    method = untagged.add_unique_item_to_pipeline if unique else untagged.add_item_to_pipeline
+    with pytest.raises(CrossSlotError) as raised:
+        method(pipe, Item(b"x", id="x"))
+    assert "{hash tag}" in str(raised.value)
+    assert len(pipe) == 0  # nothing was queued
+    tagged.add_item_to_pipeline(pipe, Item(b"ok", id="ok"))  # the pipeline is still usable
+    pipe.execute()
+    assert cluster.key_count() == 2  # the tagged queue's item and list only
+    assert [p.id for p in tagged.peek(cluster_db)] == ["ok"]
+
+
+def test_asyncio_pipelined_add_without_a_hash_tag_is_refused(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    async def scenario() -> None:
+        db = cluster.async_client()
+        try:
+            await db.initialize()
+            untagged = AsyncWorkQueue(KeyPrefix("plain"))
+            pipe = db.pipeline()
+            for method in (untagged.add_item_to_pipeline, untagged.add_unique_item_to_pipeline):
+                with pytest.raises(CrossSlotError):
+                    method(pipe, Item(b"x", id="x"))
+            assert len(pipe) == 0
+            await pipe.execute()
+        finally:
+            await db.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert cluster.key_count() == 0
+
+
 def test_synchronous_replication_on_the_cluster(cluster: Cluster, cluster_db: RedisCluster) -> None:
     q = queue(replicas=1, replica_timeout=2)
     assert q.add_item(cluster_db, Item(b"w", id="w")) is True
@@ -488,6 +530,71 @@ def test_asyncio_replicated_add_as_the_first_call_of_a_client(
             await db.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_replicated_write_with_a_lost_reply_is_never_run_again(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """The replica stopped so that WAIT blocks, the writer's connection killed: one script
+    call on the node, and OutcomeUnknownError (sync, then asyncio)."""
+    q = queue(replicas=1, replica_timeout=20)
+    aq = AsyncWorkQueue(q.name, replicas=1, replica_timeout=20)
+    primary = cluster.primary_for(TAG)
+    replica = cluster.replica_of(primary)
+    q.add_item(cluster_db, Item(b"", id="warm"))
+    primary.admin().config_resetstat()
+
+    async def asyncio_add() -> None:
+        db = cluster.async_client()
+        try:
+            task = asyncio.ensure_future(aq.add_item(db, Item(b"b", id="b")))
+            await asyncio.to_thread(kill_clients_in, primary.admin(), "wait")
+            with pytest.raises(OutcomeUnknownError):
+                await asyncio.wait_for(task, 10)
+        finally:
+            await db.aclose()
+
+    replica.pause()
+    try:
+        thread, outcome = in_thread(lambda: q.add_item(cluster_db, Item(b"a", id="a")))
+        kill_clients_in(primary.admin(), "wait")
+        thread.join(10)
+        assert not thread.is_alive()
+        (err,) = outcome
+        assert isinstance(err, OutcomeUnknownError), err
+        assert script_calls(primary.admin()) == 1
+        asyncio.run(asyncio.wait_for(asyncio_add(), 30))
+        assert script_calls(primary.admin()) == 2
+    finally:
+        replica.resume()
+    # Each add happened once: the next one says so.
+    assert q.add_items(cluster_db, [Item(b"a", id="a"), Item(b"b", id="b")], replicas=0) == [
+        False,
+        False,
+    ]
+    assert q.queue_len(cluster_db) == 3
+
+
+def test_eviction_policy_of_every_primary(cluster: Cluster, cluster_db: RedisCluster) -> None:
+    """One primary that may evict is enough for the warning (sync and asyncio)."""
+    assert eviction_policy(cluster_db) == "noeviction"
+    assert check_eviction(cluster_db) is None
+    loose = cluster.primaries()[1]
+    loose.admin().config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert eviction_policy(cluster_db) == "allkeys-lru"
+        assert "allkeys-lru" in (check_eviction(cluster_db) or "")
+
+        async def scenario() -> str | None:
+            db = cluster.async_client()
+            try:
+                return await acheck_eviction(db)
+            finally:
+                await db.aclose()
+
+        assert "allkeys-lru" in (asyncio.run(asyncio.wait_for(scenario(), 30)) or "")
+    finally:
+        loose.admin().config_set("maxmemory-policy", "noeviction")
 
 
 # Failover ---------------------------------------------------------------------------------------

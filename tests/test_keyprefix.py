@@ -7,7 +7,7 @@ import redis
 from redis.crc import key_slot
 
 from helpers import raw
-from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
+from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, WorkQueueError
 from redis_work_queue.keyprefix import QueueKeys, glob_escape
 
 
@@ -34,11 +34,13 @@ def test_equality_hash_repr() -> None:
     assert repr(KeyPrefix("a")) == "KeyPrefix('a')"
 
 
-def test_non_str_prefix_rejected() -> None:
-    with pytest.raises(TypeError):
-        KeyPrefix(b"bytes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        KeyPrefix(None)  # type: ignore[arg-type]
+@pytest.mark.parametrize("bad", [b"bytes", None, 7, KeyPrefix("nested")])
+def test_non_str_prefix_rejected(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        KeyPrefix(bad)  # type: ignore[arg-type]
+    assert isinstance(raised.value, TypeError)  # as before, for code that catches TypeError
+    assert isinstance(raised.value, WorkQueueError)
+    assert f"not {type(bad).__name__}" in str(raised.value)
 
 
 def test_queue_needs_a_keyprefix() -> None:

@@ -6,6 +6,7 @@ from .aioworker import AsyncWorker
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
+    OutcomeUnknownError,
     ReplicationError,
     ScriptError,
     WorkQueueError,
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgumentError",
     "Item",
     "KeyPrefix",
+    "OutcomeUnknownError",
     "PendingItem",
     "QueueStats",
     "QueuedItem",

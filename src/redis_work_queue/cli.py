@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from . import metrics
+from . import metrics, server
 from .demo import run_demo
 from .errors import WorkQueueError
 from .keyprefix import KeyPrefix
@@ -71,14 +71,23 @@ STAT_COLUMNS = ("queued", "leased", "expired", "delayed", "dead")
 
 
 def _info(args: argparse.Namespace, db: redis.Redis) -> int:
-    rows = {name: asdict(WorkQueue(KeyPrefix(name)).stats(db)) for name in args.queues}
+    rows: dict[str, dict[str, Any]] = {
+        name: asdict(WorkQueue(KeyPrefix(name)).stats(db)) for name in args.queues
+    }
+    policy = server.eviction_policy(db)
+    warning = server.eviction_message(policy) if policy and server.may_evict(policy) else None
     if args.json:
+        for row in rows.values():
+            row["maxmemory_policy"] = policy
+            row["eviction_warning"] = warning
         print(json.dumps(rows))
         return EXIT_OK
     width = max(len("queue"), *(len(name) for name in rows))
     print(f"{'queue':<{width}}" + "".join(f"  {c:>9}" for c in STAT_COLUMNS))
     for name, row in rows.items():
         print(f"{name:<{width}}" + "".join(f"  {row[c]:>9}" for c in STAT_COLUMNS))
+    if warning:
+        print(f"rwq: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

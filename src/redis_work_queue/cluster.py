@@ -3,7 +3,8 @@
 A queue lives in one slot when its prefix holds a ``{hash tag}``: every script call then names
 keys of that slot only, and redis-py routes it. What redis-py cannot route by itself is sent to
 the node that owns the queue's slot: SCAN (the deep clean, flush) and the WAIT that follows a
-write on the same connection (a pipeline on a client of that node).
+write on the same connection (sent once on a connection of a client of that node: see
+:mod:`.replicated`). Pipelined adds are checked for the slot before they are queued.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
@@ -29,6 +31,7 @@ _NODE_CLIENTS = "_rwq_node_clients"
 
 
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
+_CLUSTER_PIPELINES = (ClusterPipeline, AsyncClusterPipeline)
 _known: dict[type, bool] = {}
 
 
@@ -57,6 +60,16 @@ def slot_of(keys: tuple[str, ...]) -> int:
             f"same tag; keys: {', '.join(sorted(keys)[:4])}..."
         )
     return slots.pop()
+
+
+def check_pipeline(pipeline: object, keys: Sequence[str]) -> None:
+    """On a Redis Cluster pipeline (sync or asyncio), check that ``keys`` share one slot.
+
+    Raises:
+        CrossSlotError: They do not (nothing has been queued on the pipeline).
+    """
+    if isinstance(pipeline, _CLUSTER_PIPELINES):
+        slot_of(tuple(keys))
 
 
 def same_slot(keys: Sequence[str]) -> bool:
@@ -88,7 +101,7 @@ def node_client(db: Any, key: str) -> Any:
         )
         kwargs = {k: v for k, v in settings.items() if k in accepted and k != "retry"}
         # No automatic retry: a write followed by WAIT must not run twice when the reply of
-        # the first run was lost (the caller gets the connection error instead).
+        # the first run was lost (replicated.py sends it on a connection of this client).
         if isinstance(db, AsyncRedisCluster):
             found = redis.asyncio.Redis(
                 host=node.host, port=node.port, retry=AsyncRetry(NoBackoff(), 0), **kwargs

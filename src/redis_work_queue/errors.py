@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError
+
 
 class WorkQueueError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -9,6 +11,10 @@ class WorkQueueError(Exception):
 
 class InvalidArgumentError(WorkQueueError, ValueError):
     """An argument was rejected before anything was sent to Redis."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong Python type (also a ``TypeError``, as Python's own checks)."""
 
 
 class WrongKeyTypeError(WorkQueueError, TypeError):
@@ -43,3 +49,29 @@ class ReplicationError(WorkQueueError):
         self.acked = acked
         self.wanted = wanted
         self.result = result
+
+
+class OutcomeUnknownError(WorkQueueError, ConnectionError):
+    """The connection was lost after a write was sent and before its reply came back.
+
+    The write may or may not have happened, and it was not sent again (a write that waits for
+    replicas is never re-run). Check before repeating it: an ``add_item`` of the same id
+    returns False when the first one happened; ``complete`` returns False once the item is gone.
+
+    It is also a ``redis.exceptions.ConnectionError``, so code that catches those catches it.
+
+    Attributes:
+        operation: The script that was sent (``add``, ``complete``, ...).
+        result: For a batch (``add_items``, ``complete_many``), the results of the chunks
+            written before the one whose outcome is unknown; None otherwise.
+    """
+
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(
+            f"the connection was lost after the {operation} script was sent and before its "
+            f"reply ({type(cause).__name__}: {cause}): the write may or may not have happened, "
+            "and it was not sent again. Check before repeating it: add_item of the same id "
+            "returns False if the add happened, complete returns False if the item is gone"
+        )
+        self.operation = operation
+        self.result: object = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from uuid6 import uuid7
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 ItemData = bytes | bytearray | memoryview | str
 
@@ -29,18 +29,15 @@ def _to_bytes(data: object) -> bytes:
         return bytes(data) if type(data) is not bytes else data
     if isinstance(data, str):
         return data.encode("utf-8")
+    expected = "item data must be bytes or str, a buffer, or an iterable of ints in range(256)"
     if isinstance(data, int | Mapping) or data is None:
-        raise InvalidArgumentError(
-            f"item data must be bytes or str, a buffer, or an iterable of ints in range(256), "
-            f"not {type(data).__name__}"
-        )
+        raise InvalidArgumentTypeError(f"{expected}, not {type(data).__name__}")
     try:
         return bytes(data)  # type: ignore[call-overload,no-any-return]
-    except (TypeError, ValueError) as err:
-        raise InvalidArgumentError(
-            f"item data must be bytes or str, a buffer, or an iterable of ints in range(256), "
-            f"not {type(data).__name__} ({err})"
-        ) from None
+    except TypeError as err:
+        raise InvalidArgumentTypeError(f"{expected}, not {type(data).__name__} ({err})") from None
+    except ValueError as err:
+        raise InvalidArgumentError(f"{expected} ({err})") from None
 
 
 class Item(dict[str, Any]):
@@ -62,8 +59,10 @@ class Item(dict[str, Any]):
             braces, glob characters and non-ASCII text.
 
     Raises:
-        InvalidArgumentError: ``data`` cannot be converted to bytes without losing its value
-            (None, an int, a mapping, a float...), or ``id`` is empty.
+        InvalidArgumentTypeError: ``data`` cannot be converted to bytes without losing its
+            value (None, an int, a mapping, a float...); it is also a ``TypeError``, as the
+            reference client's ``bytes(data)`` raises.
+        InvalidArgumentError: ``data`` holds an int outside range(256), or ``id`` is empty.
     """
 
     __slots__ = ("deliveries", "lease_token")

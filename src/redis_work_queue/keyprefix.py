@@ -4,7 +4,35 @@ from __future__ import annotations
 
 import re
 
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+#: The names the key layout uses after a queue's prefix: ``<prefix>:<name>`` or
+#: ``<prefix>:<name>:<id>``. A queue may be named ``<prefix>:<name>`` for any name but those in
+#: :data:`PER_KEY_NAMES`: its keys then never meet those of queue ``<prefix>``.
+RESERVED_NAMES = (
+    "queue",
+    "processing",
+    "item",
+    "lease",
+    "deliveries",
+    "reasons",
+    "delayed",
+    "dead",
+    "waiting",
+    "wake",
+    "spark",
+    "workers",
+    "worker",
+    "cleaned",
+)
+#: The names under which a queue keeps one key per item (per worker, per Spark batch), found by
+#: pattern (``<prefix>:<name>:*``) by the flush and the deep clean. A queue whose name holds one
+#: of them as whole segments after a colon (``x:item``, ``x:dead:y``, ``x:spark:batch``) would
+#: have its keys taken for another queue's, so such names are refused.
+PER_KEY_NAMES = ("item", "lease", "dead", "worker", "spark:batch")
+_CLASHING = re.compile(":(" + "|".join(re.escape(n) for n in PER_KEY_NAMES) + ")(?=:|$)")
 
 
 def glob_escape(text: str) -> str:
@@ -31,7 +59,10 @@ class KeyPrefix:
 
     def __init__(self, prefix: str) -> None:
         if not isinstance(prefix, str):
-            raise TypeError(f"a key prefix must be a str, not {type(prefix).__name__}")
+            raise InvalidArgumentTypeError(
+                f"a key prefix must be a str, not {type(prefix).__name__}: "
+                f"write KeyPrefix({str(prefix)[:40]!r})"
+            )
         self.prefix = prefix
 
     def of(self, name: str) -> str:
@@ -53,6 +84,33 @@ class KeyPrefix:
         return hash(self.prefix)
 
 
+def check_queue_name(prefix: str) -> str:
+    """Refuse a queue name whose keys another queue's patterns would match.
+
+    Args:
+        prefix: The queue's key prefix.
+
+    Returns:
+        ``prefix``, unchanged.
+
+    Raises:
+        InvalidArgumentError: The name holds a name of :data:`PER_KEY_NAMES` as whole segments
+            after a colon: the flush and deep clean of the queue named by what comes before
+            would take this queue's keys for their own.
+    """
+    found = _CLASHING.search(prefix)
+    if found is None:
+        return prefix
+    owner, name = prefix[: found.start()], found.group(1)
+    renamed = prefix[: found.end()] + "s" + prefix[found.end() :]
+    raise InvalidArgumentError(
+        f"the queue name {prefix!r} holds the reserved segment ':{name}': queue {owner!r} keeps "
+        f"one key per item under '{owner}:{name}:', so its flush and deep clean would take this "
+        f"queue's keys for its own. Rename that segment (for example {renamed!r}); reserved "
+        f"after a colon: {', '.join(PER_KEY_NAMES)}"
+    )
+
+
 class QueueKeys:
     """The key layout of one queue, as shared with every client of the design.
 
@@ -63,9 +121,11 @@ class QueueKeys:
     its last failure reason in ``<prefix>:reasons`` (hashes, id -> value), delayed items in
     ``<prefix>:delayed`` (sorted set, id -> due time in ms) and dead letters in ``<prefix>:dead``
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
-    hash ``<prefix>:dead:<id>``. The Spark data source keeps its records under
-    ``<prefix>:spark:``. ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake``
-    (a short list) wake workers that block on several queues at once.
+    hash ``<prefix>:dead:<id>``. The Spark data source keeps the report of the last write in
+    ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
+    ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake`` (a short list) wake
+    workers that block on several queues at once. The names the layout uses are
+    :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
     """
 
     __slots__ = (
@@ -81,14 +141,20 @@ class QueueKeys:
         "reasons",
         "script_args",
         "script_keys",
-        "spark_prefix",
+        "spark_batch_prefix",
         "spark_write",
         "waiting",
         "wake",
     )
 
     def __init__(self, prefix: KeyPrefix) -> None:
-        self.prefix = prefix.prefix
+        """Name the keys of the queue ``prefix``.
+
+        Raises:
+            InvalidArgumentError: The name clashes with another queue's keys (see
+                :func:`check_queue_name`).
+        """
+        self.prefix = check_queue_name(prefix.prefix)
         self.queue = prefix.of(":queue")
         self.processing = prefix.of(":processing")
         self.item_prefix = prefix.of(":item:")
@@ -100,8 +166,8 @@ class QueueKeys:
         self.delayed = prefix.of(":delayed")
         self.waiting = prefix.of(":waiting")
         self.wake = prefix.of(":wake")
-        self.spark_prefix = prefix.of(":spark:")
-        self.spark_write = self.spark_prefix + "write"
+        self.spark_write = prefix.of(":spark:write")
+        self.spark_batch_prefix = prefix.of(":spark:batch:")
         #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
         #: name the other keys from the prefix, as above (see lua/include/queue.lua).
         self.script_keys = (self.queue,)
@@ -121,7 +187,7 @@ class QueueKeys:
 
     def spark_batch(self, batch: str) -> str:
         """The record of the items a Spark streaming read leased for one micro-batch."""
-        return f"{self.spark_prefix}batch:{batch}"
+        return self.spark_batch_prefix + batch
 
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""
@@ -130,9 +196,11 @@ class QueueKeys:
     def patterns(self) -> tuple[str, ...]:
         """SCAN MATCH patterns for the queue's keys that are not fixed, prefix glob-escaped.
 
-        They cover item data, leases, dead letters and the Spark data source's records.
+        They cover item data, leases, dead letters and the Spark data source's batch records:
+        each is ``<prefix>:<name>:*`` for a name of :data:`PER_KEY_NAMES`, which no other
+        queue's keys can match (:func:`check_queue_name`).
         """
-        prefixes = (self.item_prefix, self.lease_prefix, self.dead_prefix, self.spark_prefix)
+        prefixes = (self.item_prefix, self.lease_prefix, self.dead_prefix, self.spark_batch_prefix)
         return tuple(glob_escape(p) + "*" for p in prefixes)
 
     def fixed(self) -> tuple[str, ...]:
@@ -146,4 +214,5 @@ class QueueKeys:
             self.delayed,
             self.waiting,
             self.wake,
+            self.spark_write,
         )

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import scripts
-from .errors import InvalidArgumentError, ReplicationError
+from . import cluster, scripts
+from .errors import InvalidArgumentError, OutcomeUnknownError, ReplicationError
 from .item import Item
 from .keyprefix import QueueKeys
 from .protocol import Command, ScriptCall, Sleep, Steps
@@ -413,8 +413,14 @@ class QueueOps:
 
         It leaves two replies in the pipeline's results, shaped as the reference client's SET
         and LPUSH leave them: 1 (the item was stored) and the main queue's length after it.
+
+        Raises:
+            InvalidArgumentError: ``item`` is not an Item.
+            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
+                (nothing has been queued).
         """
         call = self.add_call([check_item(item)], unique=True)
+        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
         call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
         pipeline.execute_command("LLEN", self.keys.queue)
 
@@ -432,7 +438,11 @@ class QueueOps:
         self.add_call([], unique, delay, ttl)  # validates the options before anything is sent
         added: list[bool] = []
         for chunk in _add_chunks(checked):
-            reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+            try:
+                reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+            except OutcomeUnknownError as err:
+                err.result = added
+                raise
             flags = reply if wait is None else reply[0]
             added += (bool(flag) for flag in flags)
             self._check_acked(wait, reply, added)
@@ -461,6 +471,9 @@ class QueueOps:
             err.result = (
                 bool(err.result[0]) if isinstance(err.result, list) and err.result else False
             )
+            raise
+        except OutcomeUnknownError as err:
+            err.result = None  # one item: nothing is known
             raise
         return added[0]
 
@@ -527,7 +540,11 @@ class QueueOps:
         wait = self._wait(replicas)
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
-            reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+            try:
+                reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+            except OutcomeUnknownError as err:
+                err.result = done
+                raise
             flags = reply if wait is None else reply[0]
             done += (item for item, flag in zip(chunk, flags, strict=True) if flag)
             self._check_acked(wait, reply, done)
@@ -545,6 +562,9 @@ class QueueOps:
             done = yield from self.complete([item], replicas)
         except ReplicationError as err:
             err.result = bool(err.result)
+            raise
+        except OutcomeUnknownError as err:
+            err.result = None  # one item: nothing is known
             raise
         return bool(done)
 

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TimeoutError
 
-from . import cluster, scripts
+from . import cluster, replicated, scripts
+from .errors import OutcomeUnknownError
 
 T = TypeVar("T")
 
@@ -64,21 +65,20 @@ Steps = Generator[Call, Any, T]
 
 
 def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
-    """Run a script then WAIT on the same connection (one pipeline).
+    """Run a script then WAIT on the same connection, sent once (see :mod:`.replicated`).
 
-    On Redis Cluster the pipeline goes to a client of the node that owns the slot. A MOVED or
-    ASK reply (the slot moved, or a failover promoted a replica) refreshes the slot map and
-    retries once: the script did not run. A connection error refreshes it too, then propagates:
-    whether the script ran is unknown.
+    On Redis Cluster the pair goes to a client of the node that owns the slot. A MOVED or ASK
+    reply (the slot moved, or a failover promoted a replica) refreshes the slot map and sends
+    it once more: the script did not run. A lost connection refreshes it too, then raises
+    :class:`~redis_work_queue.errors.OutcomeUnknownError`: whether the script ran is unknown.
     """
     assert call.wait is not None
     for attempt in (1, 2):
         node = cluster.node_client(db, call.keys[0]) if clustered else db
-        pipe = node.pipeline(transaction=False)
-        call.script.queue_on(pipe, call.keys, call.args)
-        pipe.execute_command("WAIT", *call.wait)
         try:
-            reply, acked = pipe.execute()
+            reply, acked = replicated.script_and_wait(
+                node, call.script, call.keys, call.args, call.wait
+            )
         except (MovedError, AskError):
             if not clustered or attempt == 2:
                 raise
@@ -92,7 +92,7 @@ def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
             raise
         except ResponseError as err:
             raise scripts.translate_error(err) from err
-        return reply, int(acked)
+        return reply, acked
     raise AssertionError("unreachable")
 
 
@@ -103,25 +103,24 @@ async def _awith_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
         await db.initialize()
     for attempt in (1, 2):
         node = cluster.node_client(db, call.keys[0]) if clustered else db
-        async with node.pipeline(transaction=False) as pipe:
-            call.script.queue_on(pipe, call.keys, call.args)
-            pipe.execute_command("WAIT", *call.wait)
-            try:
-                reply, acked = await pipe.execute()
-            except (MovedError, AskError):
-                if not clustered or attempt == 2:
-                    raise
+        try:
+            reply, acked = await replicated.ascript_and_wait(
+                node, call.script, call.keys, call.args, call.wait
+            )
+        except (MovedError, AskError):
+            if not clustered or attempt == 2:
+                raise
+            cluster.forget_nodes(db)
+            await db.nodes_manager.initialize()
+            continue
+        except (ConnectionError, TimeoutError):
+            if clustered:
                 cluster.forget_nodes(db)
                 await db.nodes_manager.initialize()
-                continue
-            except (ConnectionError, TimeoutError):
-                if clustered:
-                    cluster.forget_nodes(db)
-                    await db.nodes_manager.initialize()
-                raise
-            except ResponseError as err:
-                raise scripts.translate_error(err) from err
-        return reply, int(acked)
+            raise
+        except ResponseError as err:
+            raise scripts.translate_error(err) from err
+        return reply, acked
     raise AssertionError("unreachable")
 
 
@@ -144,11 +143,20 @@ def execute(db: Any, call: Call) -> Any:
 
 
 def run(db: Any, steps: Steps[T]) -> T:
-    """Drive an operation to its end on a synchronous client."""
+    """Drive an operation to its end on a synchronous client.
+
+    A write whose outcome is unknown is thrown into the operation, which may add what it knows
+    (the chunks written before) and re-raises it.
+    """
     try:
         call = next(steps)
         while True:
-            call = steps.send(execute(db, call))
+            try:
+                reply = execute(db, call)
+            except OutcomeUnknownError as err:
+                call = steps.throw(err)
+                continue
+            call = steps.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -173,11 +181,16 @@ async def aexecute(db: Any, call: Call) -> Any:
 
 
 async def arun(db: Any, steps: Steps[T]) -> T:
-    """Drive an operation to its end on a ``redis.asyncio`` client."""
+    """Drive an operation to its end on a ``redis.asyncio`` client; as :func:`run`."""
     try:
         call = next(steps)
         while True:
-            call = steps.send(await aexecute(db, call))
+            try:
+                reply = await aexecute(db, call)
+            except OutcomeUnknownError as err:
+                call = steps.throw(err)
+                continue
+            call = steps.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result

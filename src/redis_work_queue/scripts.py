@@ -104,7 +104,7 @@ class Script:
                 (``maxmemory`` with ``noeviction``); nothing was changed.
             ScriptError: Any other error raised by the script.
         """
-        params = self._params(keys, args)
+        params = self.params(keys, args)
         try:
             return raw_command(client, "EVALSHA", self.sha, *params)
         except NoScriptError:
@@ -112,7 +112,7 @@ class Script:
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run the script on a ``redis.asyncio`` client; as :meth:`__call__`."""
-        params = self._params(keys, args)
+        params = self.params(keys, args)
         try:
             return await araw_command(client, "EVALSHA", self.sha, *params)
         except NoScriptError:
@@ -123,7 +123,7 @@ class Script:
 
         A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL).
         """
-        params = self._params(keys, args)
+        params = self.params(keys, args)
         if hasattr(pipeline, "scripts"):
             pipeline.scripts.add(cast(Any, self))
             pipeline.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
@@ -131,7 +131,8 @@ class Script:
             pipeline.execute_command("EVAL", self.script, *params, **{NEVER_DECODE: True})
 
     @staticmethod
-    def _params(keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
+    def params(keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
+        """EVAL's arguments after the script: the number of keys, the keys, then ``args``."""
         # Text is encoded here (surrogateescape: ids read back from Redis round-trip as bytes).
         return [
             len(keys),

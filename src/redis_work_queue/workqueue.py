@@ -50,7 +50,9 @@ class QueueBase:
         replica_timeout: How long to wait for the replicas, in seconds.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
+        InvalidArgumentError: An argument is out of range, or the name holds a segment that
+            another queue keeps per-item keys under (``x:item``, ``x:dead:y``; see
+            :func:`~redis_work_queue.keyprefix.check_queue_name`).
     """
 
     def __init__(
@@ -198,6 +200,11 @@ class WorkQueue(QueueBase):
         The add leaves two entries in ``pipeline.execute()``'s results, as the reference
         client's SET and LPUSH do: 1 (the item was stored; it equals True) and the length of
         the main queue after the push.
+
+        Raises:
+            InvalidArgumentError: ``item`` is not an Item.
+            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
+                (nothing has been queued).
         """
         self.ops.queue_add_on(pipeline, item)
 

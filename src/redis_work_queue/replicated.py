@@ -1,0 +1,275 @@
+"""Writes that wait for replicas: the script and its WAIT, sent once on one pooled connection.
+
+redis-py re-sends a command whose reply was lost (its ``retry`` and ``retry_on_timeout``
+settings, and a pipeline's retry). For a write that waits for replicas that would run the
+script a second time: an ``add_item`` would then return False for the item it added. So these
+writes bypass redis-py's command layer: they take a connection from the client's pool, send
+the script and WAIT in one round trip, and read both replies. A connection lost once the
+script was sent raises :class:`~redis_work_queue.errors.OutcomeUnknownError`; it is never
+re-sent. Connecting (before anything is sent) is left to the connection, with its own retry.
+
+The script is loaded (SCRIPT LOAD) before its first use through a client, then sent as
+EVALSHA; when the server answers NOSCRIPT all the same (the script did not run), it is sent
+again as EVAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+
+from . import scripts
+from .errors import OutcomeUnknownError
+
+#: Added to the WAIT timeout when reading its reply, so that a client whose socket timeout is
+#: shorter than the replica timeout still gets WAIT's answer rather than a lost reply.
+WAIT_MARGIN_SECS = 1.0
+
+_LOADED = "_rwq_loaded_scripts"
+_LOST = (ConnectionError, TimeoutError, OSError)
+
+
+_TAKES_TIMEOUT: dict[type, bool] = {}
+_NEEDS_NAME: dict[type, bool] = {}
+
+
+def _takes_timeout(conn: Any) -> bool:
+    """Whether this connection's ``read_response`` accepts ``timeout`` (newer redis-py)."""
+    kind = type(conn)
+    found = _TAKES_TIMEOUT.get(kind)
+    if found is None:
+        params = inspect.signature(conn.read_response).parameters
+        found = _TAKES_TIMEOUT[kind] = "timeout" in params
+    return found
+
+
+def _needs_command_name(pool: Any) -> bool:
+    """Whether this pool's ``get_connection`` still requires a command name (redis-py 5.0)."""
+    kind = type(pool)
+    found = _NEEDS_NAME.get(kind)
+    if found is None:
+        name = inspect.signature(pool.get_connection).parameters.get("command_name")
+        found = _NEEDS_NAME[kind] = name is not None and name.default is inspect.Parameter.empty
+    return found
+
+
+def _name_for(pool: Any, script: scripts.Script) -> tuple[str, ...]:
+    """The arguments of ``pool.get_connection``: a command name only where one is required."""
+    return ("EVALSHA",) if _needs_command_name(pool) else ()
+
+
+def _wait_read_options(conn: Any, wait: tuple[int, int]) -> dict[str, Any]:
+    """The read options for WAIT's reply: long enough for WAIT to answer by itself."""
+    socket_timeout = getattr(conn, "socket_timeout", None)
+    if socket_timeout is None or not _takes_timeout(conn):
+        return {}
+    return {"timeout": max(float(socket_timeout), wait[1] / 1000 + WAIT_MARGIN_SECS)}
+
+
+def _commands(
+    script: scripts.Script, keys: Sequence[str], args: Sequence[scripts.Arg], by_sha: bool
+) -> tuple[scripts.Arg, ...]:
+    params = script.params(keys, args)
+    if by_sha:
+        return ("EVALSHA", script.sha, *params)
+    return ("EVAL", script.script, *params)
+
+
+def _settle(first: BaseException | None, reply: Any, acked: Any) -> tuple[Any, int]:
+    """Raise the script's error, else WAIT's, once both replies are read."""
+    if first is not None:
+        raise first
+    if isinstance(acked, ResponseError):
+        raise acked
+    return reply, int(acked)
+
+
+def _lost(call_name: str, first: BaseException | None, err: BaseException) -> BaseException:
+    """The error for a connection lost after sending: unknown outcome unless the script failed."""
+    if isinstance(first, ResponseError):
+        # The script was refused (NOSCRIPT, MOVED, an error): it wrote nothing.
+        return err
+    return OutcomeUnknownError(call_name, err)
+
+
+def _loaded(db: Any) -> set[str]:
+    """The scripts loaded on ``db``'s server through this client.
+
+    Each is loaded (SCRIPT LOAD) before its first EVALSHA, so that a NOSCRIPT reply, which
+    still lets the WAIT after it run, is rare.
+    """
+    found: set[str] = db.__dict__.setdefault(_LOADED, set())
+    return found
+
+
+def _single(db: Any) -> tuple[Any, Any] | None:
+    """The connection and lock of a ``single_connection_client``, or None."""
+    conn = getattr(db, "connection", None)
+    if conn is None:
+        return None
+    lock = getattr(db, "single_connection_lock", None) or getattr(db, "_single_conn_lock", None)
+    return conn, lock
+
+
+def _send_once(
+    db: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+    by_sha: bool,
+) -> tuple[Any, int]:
+    single = _single(db)
+    if single is not None:
+        conn, lock = single
+        with lock if lock is not None else contextlib.nullcontext():
+            return _exchange(conn, script, keys, args, wait, by_sha)
+    pool = db.connection_pool
+    conn = pool.get_connection(*_name_for(pool, script))
+    try:
+        return _exchange(conn, script, keys, args, wait, by_sha)
+    finally:
+        pool.release(conn)
+
+
+def _exchange(
+    conn: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+    by_sha: bool,
+) -> tuple[Any, int]:
+    conn.connect()  # connecting sends nothing: the connection's own retry applies
+    commands = [_commands(script, keys, args, by_sha), ("WAIT", *wait)]
+    first: BaseException | None = None
+    reply: Any = None
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        try:
+            reply = conn.read_response(disable_decoding=True)
+        except ResponseError as err:
+            first = err
+        try:
+            acked = conn.read_response(**_wait_read_options(conn, wait))
+        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
+            acked = err
+    except _LOST as err:
+        conn.disconnect()
+        raise _lost(script.name, first, err) from err
+    except BaseException:
+        conn.disconnect()
+        raise
+    return _settle(first, reply, acked)
+
+
+def script_and_wait(
+    db: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+) -> tuple[Any, int]:
+    """Run ``script`` then ``WAIT *wait`` on one connection of ``db``, sent once.
+
+    Args:
+        db: A synchronous ``redis.Redis`` client (plain, Sentinel-managed, or a cluster node's).
+        script: The script.
+        keys: Its KEYS.
+        args: Its ARGV.
+        wait: WAIT's arguments: replicas, timeout in ms.
+
+    Returns:
+        The script's reply (undecoded) and the number of replicas that acknowledged.
+
+    Raises:
+        OutcomeUnknownError: The connection was lost after the script was sent.
+        ResponseError: The server refused the script (such as MOVED): it did not run.
+    """
+    loaded = _loaded(db)
+    if script.sha not in loaded:
+        db.script_load(script.script)  # a plain command: running it twice is harmless
+        loaded.add(script.sha)
+    try:
+        return _send_once(db, script, keys, args, wait, by_sha=True)
+    except NoScriptError:  # the server lost its scripts (a restart, a failover, SCRIPT FLUSH)
+        loaded.discard(script.sha)
+        return _send_once(db, script, keys, args, wait, by_sha=False)
+
+
+async def _asend_once(
+    db: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+    by_sha: bool,
+) -> tuple[Any, int]:
+    single = _single(db)
+    if single is not None:
+        conn, lock = single
+        if isinstance(lock, asyncio.Lock):
+            async with lock:
+                return await _aexchange(conn, script, keys, args, wait, by_sha)
+        return await _aexchange(conn, script, keys, args, wait, by_sha)
+    pool = db.connection_pool
+    conn = await pool.get_connection(*_name_for(pool, script))
+    try:
+        return await _aexchange(conn, script, keys, args, wait, by_sha)
+    finally:
+        await pool.release(conn)
+
+
+async def _aexchange(
+    conn: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+    by_sha: bool,
+) -> tuple[Any, int]:
+    await conn.connect()
+    commands = [_commands(script, keys, args, by_sha), ("WAIT", *wait)]
+    first: BaseException | None = None
+    reply: Any = None
+    try:
+        await conn.send_packed_command(conn.pack_commands(commands))
+        try:
+            reply = await conn.read_response(disable_decoding=True)
+        except ResponseError as err:
+            first = err
+        try:
+            acked = await conn.read_response(**_wait_read_options(conn, wait))
+        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
+            acked = err
+    except _LOST as err:
+        await conn.disconnect()
+        raise _lost(script.name, first, err) from err
+    except BaseException:
+        await conn.disconnect()
+        raise
+    return _settle(first, reply, acked)
+
+
+async def ascript_and_wait(
+    db: Any,
+    script: scripts.Script,
+    keys: Sequence[str],
+    args: Sequence[scripts.Arg],
+    wait: tuple[int, int],
+) -> tuple[Any, int]:
+    """Asynchronous :func:`script_and_wait`, for a ``redis.asyncio`` client."""
+    loaded = _loaded(db)
+    if script.sha not in loaded:
+        await db.script_load(script.script)
+        loaded.add(script.sha)
+    try:
+        return await _asend_once(db, script, keys, args, wait, by_sha=True)
+    except NoScriptError:
+        loaded.discard(script.sha)
+        return await _asend_once(db, script, keys, args, wait, by_sha=False)
