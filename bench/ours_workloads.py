@@ -405,7 +405,129 @@ def wait_cost(db: redis.Redis, q: Any, p: Result) -> Result:
     return result
 
 
+# Cleans at scale ---------------------------------------------------------------------------------
+
+#: Items written per script call when a clean workload builds its state inside Redis.
+BUILD_CHUNK = 5_000
+#: Calls of at least this many microseconds are logged by SLOWLOG during a timed clean: every
+#: step of a clean is, and the commands inside scripts, which SLOWLOG logs too, almost never.
+SLOWLOG_FROM_US = 200
+
+_BUILD = """
+local prefix, first, last, kind = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local ids = {}
+for i = first, last do
+  local id = 'i' .. i
+  ids[#ids + 1] = id
+  redis.call('SET', prefix .. ':item:' .. id, ARGV[5])
+  if kind == 'leased-out' then
+    redis.call('HSET', prefix .. ':deliveries', id, 1)
+  elseif kind == 'expired' and i % 3 == 0 then
+    redis.call('SET', prefix .. ':lease:' .. id, 't@0', 'PX', 3600000)
+  elseif kind == 'expired' and i % 3 == 1 then
+    redis.call('DEL', prefix .. ':item:' .. id)
+  end
+end
+if kind == 'queued' then
+  redis.call('LPUSH', prefix .. ':queue', unpack(ids))
+elseif kind == 'expired' then
+  redis.call('LPUSH', prefix .. ':processing', unpack(ids))
+end
+return #ids
+"""
+
+
+def _build(db: redis.Redis, kind: str, first: int, n: int) -> None:
+    """Items ``i<first>`` .. ``i<first + n - 1>``, built inside Redis: ``queued`` (data key and
+    main queue), ``lost`` (data key only), ``leased-out`` (data key and a delivery count: leased
+    once, then the processing list was lost and the lease ran out) or ``expired`` (on the
+    processing list: a third leased, a third completed, a third with an expired lease)."""
+    build = db.register_script(_BUILD)
+    for start in range(first, first + n, BUILD_CHUNK):
+        last = min(start + BUILD_CHUNK, first + n) - 1
+        build(args=[PREFIX, start, last, kind, DATA])
+
+
+@contextlib.contextmanager
+def _slowlog(db: redis.Redis) -> Any:
+    """Log every call of at least SLOWLOG_FROM_US; yields a function giving the longest, the
+    99th percentile and the median of the calls logged, in seconds."""
+    old = db.config_get("slowlog-*")
+    db.config_set("slowlog-log-slower-than", SLOWLOG_FROM_US)
+    db.config_set("slowlog-max-len", 1_000_000)
+    db.slowlog_reset()
+
+    def longest() -> tuple[float, float, float]:
+        durations = sorted(e["duration"] for e in db.slowlog_get(1_000_000))
+        if not durations:
+            return 0.0, 0.0, 0.0
+        last = len(durations) - 1
+        return durations[-1] / 1e6, durations[int(0.99 * last)] / 1e6, durations[last // 2] / 1e6
+
+    try:
+        yield longest
+    finally:
+        db.config_set("slowlog-log-slower-than", old["slowlog-log-slower-than"])
+        db.config_set("slowlog-max-len", old["slowlog-max-len"])
+        db.slowlog_reset()
+
+
+def deep_clean_lost(db: redis.Redis, q: Any, p: Result) -> Result:
+    """One deep clean of ``n`` items of which a share was lost from both lists.
+
+    ``lost`` is the lost share; ``all`` means every item was leased, the processing list was
+    deleted and the leases ran out. The figure is the clean's time; ``longest_call`` is the
+    longest call SLOWLOG saw during it (``p99_call`` the 99th percentile of the calls of at least
+    SLOWLOG_FROM_US, ``p50_call`` their median) and ``longest_script`` the longest server time a
+    step measured itself (TIME inside the script).
+    """
+    n = p["n"]
+    if p["lost"] == "all":
+        lost = n
+        _build(db, "leased-out", 0, n)
+    else:
+        lost = round(n * float(p["lost"]))
+        _build(db, "queued", 0, n - lost)
+        _build(db, "lost", n - lost, lost)
+    seen: list[Any] = []
+    gc.collect()
+    with _slowlog(db) as longest:
+        start = time.perf_counter()
+        report = q.queue.deep_clean(db, progress=seen.append)
+        seconds = time.perf_counter() - start
+        longest_call, p99, p50 = longest()
+    _expect("items requeued by the deep clean", report.requeued, lost)
+    _expect("data keys examined by the deep clean", report.examined, n)
+    _expect("queue length after the clean", q.queue_len(), n)
+    return {
+        "value": seconds,
+        "unit": "s",
+        "longest_call": longest_call,
+        "p99_call": p99,
+        "p50_call": p50,
+        "longest_script": seen[-1].longest_call,
+        "lost": lost,
+    }
+
+
+def light_clean_longest(db: redis.Redis, q: Any, p: Result) -> Result:
+    """One light clean of ``n`` processing-list entries (a third each leased, completed and
+    expired); the figure is the longest call SLOWLOG saw during it."""
+    n = p["n"]
+    _build(db, "expired", 0, n)
+    gc.collect()
+    with _slowlog(db) as longest:
+        start = time.perf_counter()
+        report = q.queue.light_clean(db)
+        seconds = time.perf_counter() - start
+        longest_call, p99, p50 = longest()
+    _expect("entries examined by the light clean", report.examined, n)
+    return {"value": longest_call, "unit": "s", "total": seconds, "p99_call": p99, "p50_call": p50}
+
+
 OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
+    "deep_clean_lost": deep_clean_lost,
+    "light_clean_longest": light_clean_longest,
     "worker_runner": worker_runner,
     "batch": batch,
     "memory": memory,

@@ -69,6 +69,9 @@ class Sizes:
     aio: int  # items leased and completed per asyncio mode (sync, 1 task, many tasks)
     wait: int  # items added, and completed, with WAIT and without
     drain: int  # items drained per process in the multi-process rows (cluster, one node)
+    lost_base: int  # items of the deep cleans with a share lost (and of the light clean's
+    #                 longest call)
+    lost_large: int  # items of the large deep clean with 1% lost
     pings: int = 2_000  # PINGs per round next to the batch rounds
     tasks: int = 50  # concurrent asyncio tasks
     rounds: int = 3  # timed rounds of each rate workload (per process)
@@ -89,6 +92,8 @@ FULL = Sizes(
     aio=9_000,
     wait=6_000,
     drain=5_000,
+    lost_base=100_000,
+    lost_large=1_000_000,
 )
 QUICK = Sizes(
     roundtrip=4_000,
@@ -104,6 +109,8 @@ QUICK = Sizes(
     aio=1_500,
     wait=1_500,
     drain=2_000,
+    lost_base=20_000,
+    lost_large=200_000,
     pings=1_000,
     passes=1,
 )
@@ -404,6 +411,7 @@ def plan(s: Sizes) -> list[Job]:
     for n in s.light:
         jobs += [Job(f"light_clean:{n}", impl, "light_clean", {"n": n}) for impl in WORKERS]
     jobs += [Job(f"deep_clean:{n}", "ours", "deep_clean", {"n": n}) for n in s.deep]
+    jobs += clean_jobs(s)
     jobs += [
         Job("worker_runner", "ours", "worker_runner", {"n": s.runner, "rounds": r}),
         Job("batch", "ours", "batch", {"n": s.batch, "rounds": r, "pings": s.pings}),
@@ -418,6 +426,29 @@ def plan(s: Sizes) -> list[Job]:
             once=True,
         ),
     ]
+    return jobs
+
+
+#: The deep cleans with a share of the items lost: (job key, items, lost share); "all": every
+#: item was leased, the processing list was deleted and the leases ran out.
+def lost_cases(s: Sizes) -> list[tuple[str, int, str]]:
+    base, large = s.lost_base, s.lost_large
+    return [
+        (f"deep_lost:{count(base)}:0.1%", base, "0.001"),
+        (f"deep_lost:{count(base)}:10%", base, "0.1"),
+        (f"deep_lost:{count(base)}:100%", base, "all"),
+        (f"deep_lost:{count(large)}:1%", large, "0.01"),
+    ]
+
+
+def clean_jobs(s: Sizes) -> list[Job]:
+    """The deep cleans with items lost, and the light clean's longest call."""
+    jobs = [
+        Job(key, "ours", "deep_clean_lost", {"n": n, "lost": lost})
+        for key, n, lost in lost_cases(s)
+    ]
+    light = f"light_longest:{count(s.lost_base)}"
+    jobs.append(Job(light, "ours", "light_clean_longest", {"n": s.lost_base}))
     return jobs
 
 
@@ -788,7 +819,66 @@ def build_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
             div(t_large, t_small), f"t{count(large)}/t{count(small)}", at_most=1.2 * large / small
         ).row(needs, f"deep_clean, {count(large)} items", secs(t_large)),
     ]
-    return rows + ours_only_rows(res, s, lc_base)
+    return rows + clean_rows(res, s) + ours_only_rows(res, s, lc_base)
+
+
+#: No clean call may hold Redis longer (seconds); the light clean's goal on an idle machine.
+LONGEST_CALL = 0.005
+LIGHT_LONGEST_CALL = 0.002
+
+
+def clean_rows(res: dict[tuple[str, str], Result], s: Sizes) -> list[Row]:
+    """Deep cleans with a share lost: time and longest call as ratios to the 0.1% case (and the
+    large queue's time to it); the light clean's longest call."""
+
+    def get(key: str, field: str = "value") -> float | None:
+        r = res.get((key, "ours"), {})
+        return None if "error" in r or field not in r else float(r[field])
+
+    cases = lost_cases(s)
+    base_key = cases[0][0]
+    t0, call0 = get(base_key), get(base_key, "longest_call")
+    bounds = {"10%": 2.0, "100%": 4.0, "1%": 12.0}
+    rows: list[Row] = []
+    for key, n, _ in cases:
+        share = key.rsplit(":", 1)[1]
+        label = f"deep_clean, {count(n)} items, {share} lost"
+        needs = (base_key, key)
+        t, call = get(key), get(key, "longest_call")
+        if key == base_key:
+            rows.append(Row(label, secs(t), "", "", "", "", "info", needs))
+        else:
+            basis = f"/{count(cases[0][1])}, 0.1% lost"
+            rows.append(Ratio(div(t, t0), basis, at_most=bounds[share]).row(needs, label, secs(t)))
+        ok = call is not None and call <= LONGEST_CALL
+        rows.append(
+            Row(
+                "  longest call",
+                secs(call),
+                f"(p50 {secs(get(key, 'p50_call'))}, p99 {secs(get(key, 'p99_call'))})",
+                times(div(call, call0)),
+                "/0.1% lost",
+                f"<= {secs(LONGEST_CALL)}",
+                "PASS" if ok else "FAIL",
+                needs,
+            )
+        )
+    key = f"light_longest:{count(s.lost_base)}"
+    call = get(key)
+    ok = call is not None and call <= LIGHT_LONGEST_CALL
+    rows.append(
+        Row(
+            f"light_clean, {count(s.lost_base)} entries: longest call",
+            secs(call),
+            f"(p50 {secs(get(key, 'p50_call'))}, p99 {secs(get(key, 'p99_call'))})",
+            "",
+            "",
+            f"<= {secs(LIGHT_LONGEST_CALL)}",
+            "PASS" if ok else "FAIL",
+            (key,),
+        )
+    )
+    return rows
 
 
 def ours_only_rows(

@@ -1,22 +1,44 @@
--- deep_clean: requeue items that are in neither list and not leased, re-checking each one.
+-- deep_clean: last step of the deep clean's recovery: queue the held items found in neither list.
 --#include queue.lua
 --#include wake.lua
--- arg(1), arg(2), ... ids the caller found in neither list (a snapshot that may be stale by now)
--- Returns the ids that were requeued.
--- Keeps: an id is pushed only if, at this moment, its data key exists, it has no lease key, and
--- it is in neither list, so the deep clean never queues an item twice and never requeues a leased
--- (or delayed) one, whatever workers and other cleaners did since the snapshot.
+--#include hold.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) the run's token, arg(2), arg(3), ... ids this run held that its second walk of the main
+-- queue did not see, called after its pass over the processing list
+-- Returns {microseconds this call held Redis, {ids requeued}}.
+-- Keeps: an id still held by this run is in neither list: not on the main queue (the walk did not
+-- see it, and a held id cannot enter it), and not on the processing list (the run's light-clean
+-- pass made as many pops from its tail as it had entries after the walk, nothing is pushed
+-- between an entry and the tail, and a light clean that pops a held id removes the hold). So the
+-- item is pushed once, and never one that is leased or delayed: a lease taken since replaced the
+-- hold. A held item that no longer exists only loses its hold and bookkeeping. Every key that may
+-- be written is read first: a key of the wrong type fails the call before anything is written.
+local hold = HOLD_PREFIX .. arg(1)
 redis.call('LLEN', Q.queue)
-redis.call('LLEN', Q.processing)
-local requeued = {}
-for i = NQ + 1, #ARGV do
+redis.call('LLEN', Q.wake)
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
+local mine = {}
+for i = NQ + 2, #ARGV do
   local id = ARGV[i]
-  if redis.call('EXISTS', Q.item .. id) == 1
-    and redis.call('EXISTS', Q.lease .. id) == 0
-    and not redis.call('LPOS', Q.processing, id)
-    and not redis.call('LPOS', Q.queue, id) then
-    enqueue(Q, id, false)
-    requeued[#requeued + 1] = id
+  if redis.call('GET', Q.lease .. id) == hold then
+    mine[#mine + 1] = {id, redis.call('EXISTS', Q.item .. id) == 1}
   end
 end
-return requeued
+local requeued = {}
+for _, held in ipairs(mine) do
+  local id = held[1]
+  redis.call('DEL', Q.lease .. id)
+  if held[2] then
+    requeued[#requeued + 1] = id
+  else
+    forget(Q, id)
+  end
+end
+for i = 1, #requeued, 1000 do
+  redis.call('LPUSH', Q.queue, unpack(requeued, i, math.min(i + 999, #requeued)))
+end
+if #requeued > 0 then
+  wake(Q, #requeued)
+end
+return {elapsed(), requeued}

@@ -27,7 +27,9 @@ local budget = BUDGET
 local now = now_ms()
 local out = {}
 -- Every key the call may write is checked before its first write (promote reads the first
--- queue's delayed set before it writes; a data or lease key of another type reads as none).
+-- queue's delayed set before it writes). A data key of another type reads as none (the id is
+-- dropped), a lease key of another type as a live lease (the id is a stray copy): neither is
+-- written.
 for i = 1, NQ do
   local q = queue_at(i)
   local delayed = i > 1 and {q.delayed} or {}

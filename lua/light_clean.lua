@@ -3,51 +3,77 @@
 --#include wake.lua
 --#include delay.lua
 --#include take.lua
+--#include hold.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) most ids to examine, arg(2) max deliveries (0: no limit), arg(3) most due delayed items
 -- to promote
--- Returns {examined, requeued, dropped, buried, promoted}.
+-- Returns {examined, requeued, dropped, buried, promoted, microseconds this call held Redis}.
 -- Due delayed items are moved onto the main queue first, and lapsed registrations of blocked
--- workers are dropped. Each examined id is then taken from the tail of the processing list and:
--- dropped when its data key is gone (a completed item); pushed back onto the head of the
--- processing list when its lease is live; buried when it has been delivered max times; pushed
--- onto the main queue otherwise (its lease expired, or its worker died before taking the lease).
--- Repeated calls rotate through the whole list in its own order.
+-- workers are dropped. Up to arg(1) ids are then taken from the tail of the processing list, each
+-- one: dropped when its data key is gone (a completed item) or when it is a second entry of an id
+-- met earlier in this step; pushed back onto the head of the processing list when its lease is
+-- live; otherwise (its lease expired, its worker died before taking the lease, or it is held by a
+-- deep clean) buried when it has been delivered max times, else pushed onto the main queue.
+-- Repeated calls rotate through the whole list in its own order: the list is only ever pushed at
+-- its head, so n pops from the tail (by any light clean) reach every id that was within n of it.
 -- Keeps: an item with a live lease is never requeued, and a requeued id leaves the processing
--- list in the same step, so it is never both queued and leased.
+-- list in the same step, so it is never both queued and leased. Every key that may be written is
+-- read first: a key of the wrong type fails the call before anything is written.
 local budget, max, due = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
 redis.call('LLEN', Q.queue)
+redis.call('LLEN', Q.wake)
 redis.call('HLEN', Q.deliveries)
 redis.call('HLEN', Q.reasons)
 redis.call('ZCARD', Q.dead)
+redis.call('ZCARD', Q.delayed)
+redis.call('ZCARD', Q.waiting)
+local ids = redis.call('LRANGE', Q.processing, -budget, -1)
+local data, leases = {}, {}
+for i = #ids, 1, -1 do
+  data[i] = redis.call('GET', Q.item .. ids[i])
+  leases[i] = redis.call('GET', Q.lease .. ids[i])
+end
 local now = now_ms()
 local promoted = promote(Q, now, due)
 leave(Q, '', now)
-local examined, requeued, dropped, buried = 0, 0, 0, 0
-for _ = 1, budget do
-  local id = redis.call('LINDEX', Q.processing, -1)
-  if not id then
-    break
-  end
-  local data = redis.call('GET', Q.item .. id)
-  redis.call('RPOP', Q.processing)
-  examined = examined + 1
-  if not data then
+if #ids > 0 then
+  redis.call('RPOP', Q.processing, #ids)
+end
+local dropped, buried = 0, 0
+local seen, live, back = {}, {}, {}
+for i = #ids, 1, -1 do
+  local id = ids[i]
+  if seen[id] then
+    dropped = dropped + 1
+  elseif not data[i] then
     forget(Q, id)
     dropped = dropped + 1
-  elseif redis.call('EXISTS', Q.lease .. id) == 1 then
-    redis.call('LPUSH', Q.processing, id)
+  elseif leases[i] and not is_hold(leases[i]) then
+    live[#live + 1] = id
   else
+    if leases[i] then
+      redis.call('DEL', Q.lease .. id)
+    end
     local n = delivered(Q, id)
     if max > 0 and n >= max then
-      bury(Q, id, data, n, 'lease expired', now)
+      bury(Q, id, data[i], n, 'lease expired', now)
       buried = buried + 1
     else
       if n > 0 then
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
-      enqueue(Q, id, false)
-      requeued = requeued + 1
+      back[#back + 1] = id
     end
   end
+  seen[id] = true
 end
-return {examined, requeued, dropped, buried, promoted}
+for i = 1, #live, 1000 do
+  redis.call('LPUSH', Q.processing, unpack(live, i, math.min(i + 999, #live)))
+end
+for i = 1, #back, 1000 do
+  redis.call('LPUSH', Q.queue, unpack(back, i, math.min(i + 999, #back)))
+end
+if #back > 0 then
+  wake(Q, #back)
+end
+return {#ids, #back, dropped, buried, promoted, elapsed()}

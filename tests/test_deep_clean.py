@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from conftest import Backend
-from helpers import b, dump_state, lrange
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts
-from redis_work_queue.ops import RECHECK_CHUNK, SCAN_COUNT
+from helpers import b, dump_state, lrange, wait_for
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning, scripts
+from redis_work_queue.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("dc")
 
@@ -57,23 +57,59 @@ def test_does_not_touch_leased_items(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.queue_len(db) == 0
 
 
-def test_does_not_duplicate_queued_or_processing_ids(db: redis.Redis, queue: WorkQueue) -> None:
+def test_recovers_expired_leases_without_duplicating(db: redis.Redis, queue: WorkQueue) -> None:
+    """The deep clean recovers what a light clean would (an expired lease on the processing
+    list), and never queues a queued, leased or processing id a second time."""
     for i in range(6):
         queue.add_item(db, Item(b"", id=str(i)))
     queue.lease(db, 30, block=False)  # "0": leased
     queue.lease(db, 30, block=False)  # "1": leased, lease expired below
     db.delete("dc:lease:1")
-    before = dump_state(db)
+    assert queue.deep_clean(db) == CleanReport(examined=6, requeued=1, dropped=0)
+    assert lrange(db, "dc:processing") == [b"0"]
     assert queue.deep_clean(db) == CleanReport(examined=6, requeued=0, dropped=0)
-    assert dump_state(db) == before  # "1" is the light clean's business
-    assert queue.light_clean(db).requeued == 1
-    assert queue.deep_clean(db).requeued == 0
+    assert queue.light_clean(db).requeued == 0
     queued = lrange(db, "dc:queue")
     assert sorted(queued) == [b"1", b"2", b"3", b"4", b"5"]
+    assert b(db.hget("dc:reasons", "1")) == b"lease expired"
+
+
+def test_buries_an_expired_last_delivery_as_the_light_clean(db: redis.Redis) -> None:
+    queue = WorkQueue(QUEUE, max_deliveries=1)
+    queue.add_item(db, Item(b"d", id="x"))
+    assert queue.lease(db, 30, block=False) is not None
+    db.delete("dc:lease:x")
+    assert queue.deep_clean(db) == CleanReport(examined=1, dead=1)
+    assert [d.id for d in queue.dead_letters(db)] == ["x"]
+    assert lrange(db, "dc:processing") == [] == lrange(db, "dc:queue")
+
+
+def test_processing_list_deleted_after_leases_ran_out(db: redis.Redis, queue: WorkQueue) -> None:
+    for i in range(40):
+        queue.add_item(db, Item(b"", id=str(i)))
+    for _ in range(30):
+        assert queue.lease(db, 30, block=False) is not None
+    db.delete("dc:processing", *[f"dc:lease:{i}" for i in range(30)])
+    assert queue.deep_clean(db) == CleanReport(examined=40, requeued=30)
+    queued = lrange(db, "dc:queue")
+    assert sorted(queued) == sorted(str(i).encode() for i in range(40))
+    assert not db.keys("dc:lease:*")
+
+
+def test_forgets_bookkeeping_of_items_that_no_longer_exist(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    queue.add_item(db, Item(b"", id="kept"))
+    db.hset("dc:deliveries", mapping={"gone": 2, "kept": 1})
+    db.hset("dc:reasons", mapping={"gone": "boom", "other": "x"})
+    report = queue.deep_clean(db)
+    assert report.forgotten == 2
+    assert [b(k) for k in db.hkeys("dc:deliveries")] == [b"kept"]
+    assert not db.exists("dc:reasons")
 
 
 def test_many_items_over_several_steps(db: redis.Redis, queue: WorkQueue) -> None:
-    lost = SCAN_COUNT * 2 + RECHECK_CHUNK * 3 + 1
+    lost = CLEAN_FIRST * 7 + 1
     db.mset({f"dc:item:lost-{i}": b"x" for i in range(lost)})
     for i in range(300):
         queue.add_item(db, Item(b"", id=f"queued-{i}"))
@@ -113,9 +149,12 @@ def test_deep_clean_sends_no_keys_command(
     monkeypatch.setattr(db, "execute_command", spy)
     report = queue.deep_clean(db)
     assert report.requeued == 30
-    assert "SCAN" in sent
     assert "KEYS" not in sent
     assert all(not name.startswith("KEYS") for name in sent)
+    scan = scripts.load("deep_clean_scan").script.decode()
+    assert "redis.call('SCAN'" in scan
+    for name in ("deep_clean_scan", "deep_clean_walk", "deep_clean_hold", "deep_clean"):
+        assert "'KEYS'" not in scripts.load(name).script.decode()
 
 
 GLOB_PAIRS = [
@@ -151,19 +190,20 @@ def test_glob_characters_in_prefix_never_touch_other_queues(
     assert mine_q.queue_len(db) == 3
 
 
-def _before_recheck(db: redis.Redis, monkeypatch: pytest.MonkeyPatch, action: Any) -> list[int]:
-    """Run ``action()`` just before the deep clean's first re-check script call, i.e. after it
-    has taken its (now stale) snapshot of the lists."""
-    recheck = scripts.load("deep_clean")
+def _before_script(
+    db: redis.Redis, monkeypatch: pytest.MonkeyPatch, name: str, action: Any
+) -> list[int]:
+    """Run ``action()`` just before the deep clean's first call of script ``name``."""
+    script = scripts.load(name)
     original = db.execute_command
     fired: list[int] = []
 
     def spy(*args: Any, **options: Any) -> Any:
-        name = args[0].upper() if isinstance(args[0], str) else args[0]
-        is_recheck = (name == "EVALSHA" and args[1] in (recheck.sha, recheck.sha.encode())) or (
-            name == "EVAL" and args[1] == recheck.script
+        command = args[0].upper() if isinstance(args[0], str) else args[0]
+        is_it = (command == "EVALSHA" and args[1] in (script.sha, script.sha.encode())) or (
+            command == "EVAL" and args[1] == script.script
         )
-        if is_recheck and not fired:
+        if is_it and not fired:
             fired.append(1)
             action()
         return original(*args, **options)
@@ -172,28 +212,29 @@ def _before_recheck(db: redis.Redis, monkeypatch: pytest.MonkeyPatch, action: An
     return fired
 
 
-def test_recheck_sees_another_deep_clean(
+def test_suspect_requeued_by_another_deep_clean_before_the_hold(
     backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Another deep clean requeues the lost items between this one's snapshot and re-check:
-    they must not be queued a second time."""
+    """Another deep clean requeues the lost items after this one's first walk: they are held,
+    met on the main queue by the second walk, released, and never queued a second time."""
     queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
     db.mset({f"dc:item:{i}": b"" for i in range(5)})
-    fired = _before_recheck(db, monkeypatch, lambda: queue.deep_clean(other))
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", lambda: queue.deep_clean(other))
     assert queue.deep_clean(db).requeued == 0
     assert fired
     queued = lrange(other, "dc:queue")
     assert sorted(queued) == [str(i).encode() for i in range(5)]
+    assert not other.keys("dc:lease:*")
 
 
-def test_recheck_sees_a_move_to_processing(
+def test_suspect_moved_to_processing_before_the_hold(
     backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between snapshot and re-check the lost item is requeued by another cleaner and moved to
-    the processing list by a worker that has not claimed it yet: it must not be pushed back
-    onto the main queue (it would be both queued and on the processing list)."""
+    """After the first walk the lost item is requeued by another cleaner and moved to the
+    processing list by a worker that dies before claiming it: it is requeued once, from the
+    processing list, never left on both lists."""
     queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
@@ -203,18 +244,19 @@ def test_recheck_sees_a_move_to_processing(
         assert queue.deep_clean(other).requeued == 1
         other.rpoplpush("dc:queue", "dc:processing")  # a worker's blocking move, no claim yet
 
-    fired = _before_recheck(db, monkeypatch, requeue_and_move)
-    assert queue.deep_clean(db).requeued == 0
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", requeue_and_move)
+    assert queue.deep_clean(db).requeued == 1
     assert fired
-    assert lrange(other, "dc:queue") == []
-    assert lrange(other, "dc:processing") == [b"m"]
+    assert lrange(other, "dc:queue") == [b"m"]
+    assert lrange(other, "dc:processing") == []
+    assert not other.exists("dc:lease:m")
 
 
-def test_recheck_sees_a_lease(
+def test_suspect_leased_before_the_hold(
     backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between snapshot and re-check the lost item is requeued and leased; its processing
-    entry is then lost too. The deep clean must not requeue a leased item."""
+    """After the first walk the lost item is requeued and leased; its processing entry is then
+    lost too. The deep clean must not requeue a leased item."""
     queue = sync_queue  # spies on the synchronous driver
     db = backend.client()
     other = backend.client()
@@ -226,8 +268,122 @@ def test_recheck_sees_a_lease(
         leased.append(queue.lease(other, 30, block=False))
         other.delete("dc:processing")
 
-    fired = _before_recheck(db, monkeypatch, requeue_and_lease)
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", requeue_and_lease)
     assert queue.deep_clean(db).requeued == 0
     assert fired
     assert leased[0] is not None
     assert queue.queue_len(other) == 0
+    assert b(other.get("dc:lease:l")).startswith(b(leased[0].lease_token))
+
+
+def test_held_item_dropped_by_a_worker_is_requeued_once(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspect that was in fact queued (another deep clean requeued it after the first walk)
+    is held; a worker's lease then pops it and drops it as a stray copy of a leased item before
+    the second walk reaches it. It is in neither list: the last step queues it, once."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    db.set("dc:item:w", b"")
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", lambda: queue.deep_clean(other))
+    taken: list[Any] = []
+    original = db.execute_command
+    walk = scripts.load("deep_clean_walk")
+
+    def spy(*args: Any, **options: Any) -> Any:
+        is_walk = args[0] in ("EVALSHA", b"EVALSHA") and args[1] in (walk.sha, walk.sha.encode())
+        if is_walk and other.exists("dc:lease:w") and not taken:
+            taken.append(queue.lease(other, 30, block=False))  # pops "w", cannot lease it
+        return original(*args, **options)
+
+    monkeypatch.setattr(db, "execute_command", spy)
+    assert queue.deep_clean(db).requeued == 1
+    assert fired
+    assert taken == [None]
+    assert lrange(other, "dc:queue") == [b"w"]
+    assert lrange(other, "dc:processing") == []
+    assert not other.exists("dc:lease:w")
+
+
+def test_held_item_leased_by_a_foreign_client_is_left_alone(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client of another implementation moves a held id to the processing list and sets its
+    lease (over the hold) before the last step: the item is leased, and stays so."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    db.set("dc:item:f", b"")
+
+    def requeue_then_foreign_lease() -> None:
+        queue.deep_clean(other)
+        other.rpoplpush("dc:queue", "dc:processing")
+        other.set("dc:lease:f", "foreign-session", ex=30)
+
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", requeue_then_foreign_lease)
+    assert queue.deep_clean(db).requeued == 0
+    assert fired
+    assert lrange(other, "dc:queue") == []
+    assert lrange(other, "dc:processing") == [b"f"]
+    assert b(other.get("dc:lease:f")) == b"foreign-session"
+
+
+def test_held_id_met_by_a_light_clean_is_requeued_once(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held id on the processing list (its lease expired) is requeued by whichever light
+    clean pops it first, with its hold; the deep clean's last step then leaves it alone."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    queue.add_item(db, Item(b"", id="e"))
+    assert queue.lease(db, 30, block=False) is not None
+    db.delete("dc:lease:e")
+    hold = scripts.load("light_clean")
+    fired = _before_script(db, monkeypatch, hold.name, lambda: queue.light_clean(other))
+    assert other.get("dc:lease:e") is None
+    assert queue.deep_clean(db).requeued == 0  # the other light clean did it
+    assert fired
+    assert lrange(other, "dc:queue") == [b"e"]
+    assert lrange(other, "dc:processing") == []
+    assert not other.exists("dc:lease:e")
+
+
+def test_light_clean_requeues_a_held_id_it_pops(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_item(db, Item(b"", id="h"))
+    assert queue.lease(db, 30, block=False) is not None
+    db.set("dc:lease:h", "deep-clean:0123", px=60_000)  # a deep clean's hold
+    assert queue.light_clean(db) == CleanReport(examined=1, requeued=1)
+    assert lrange(db, "dc:queue") == [b"h"]
+    assert not db.exists("dc:lease:h")
+
+
+def test_holds_of_a_crashed_deep_clean_lapse(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deep clean that dies after holding its suspects leaves holds that lapse; the item is
+    then as before, and the next deep clean queues it once."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    db.set("dc:item:c", b"")
+    monkeypatch.setattr(cleaning, "HOLD_MS", 300)
+
+    hold = scripts.load("deep_clean_hold")
+    original = db.execute_command
+
+    def spy(*args: Any, **options: Any) -> Any:
+        reply = original(*args, **options)
+        if args[1] in (hold.sha, hold.sha.encode(), hold.script):
+            raise ConnectionError("the cleaner died")
+        return reply
+
+    monkeypatch.setattr(db, "execute_command", spy)
+    with pytest.raises(ConnectionError):
+        queue.deep_clean(db)
+    assert b(other.get("dc:lease:c")).startswith(b"deep-clean:")
+    assert queue.deep_clean(other).requeued == 0  # held: not this run's business
+    wait_for(lambda: not other.exists("dc:lease:c"), timeout=10, what="the hold to lapse")
+    assert queue.deep_clean(other).requeued == 1
+    assert lrange(other, "dc:queue") == [b"c"]

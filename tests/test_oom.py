@@ -19,6 +19,8 @@ from conftest import RedisServer
 from redis_work_queue import Item, WorkQueue
 from test_write_checks import LEASE_SECS, PREFIX, dump, setup_queue
 
+pytestmark = pytest.mark.real_redis  # a server of the module's own
+
 Op = Callable[[WorkQueue, redis.Redis, Item], Any]
 
 #: Writes that must be refused: their first write needs memory.

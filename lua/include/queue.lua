@@ -33,17 +33,25 @@ local function arg(k)
   return ARGV[NQ + k]
 end
 
--- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a list
--- of keys, that exists and holds another type than its kind; nil when there is none.
+-- The cheapest read of each type: O(1), it fails on a key of another type and allocates nothing.
+local TYPED_READ = {string = 'STRLEN', list = 'LLEN', hash = 'HLEN', zset = 'ZCARD'}
+
+-- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a key
+-- or a list of keys, that exists and holds another type than its kind; nil when there is none.
 local function wrong_type(...)
-  local spec = {...}
-  for i = 1, #spec, 2 do
-    local kind = spec[i]
-    for _, key in ipairs(spec[i + 1]) do
-      local found = redis.call('TYPE', key)
-      found = found.ok or found
-      if found ~= kind and found ~= 'none' then
-        return 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind
+  for i = 1, select('#', ...), 2 do
+    local kind, keys = select(i, ...)
+    if type(keys) ~= 'table' then
+      keys = {keys}
+    end
+    for _, key in ipairs(keys) do
+      local read = redis.pcall(TYPED_READ[kind], key)
+      if type(read) == 'table' then
+        if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
+          redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
+        end
+        local found = redis.call('TYPE', key)
+        return 'WRONGTYPE ' .. key .. ' holds a ' .. (found.ok or found) .. ', not a ' .. kind
       end
     end
   end

@@ -3,6 +3,7 @@
 from .aio import AsyncWorkQueue
 from .aio import lease_from as alease_from
 from .aioworker import AsyncWorker
+from .cleaning import CleanProgress, CleanReport
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
@@ -14,7 +15,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
-from .ops import CleanReport, DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats
+from .ops import DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats
 from .worker import Worker, WorkerStats
 from .workqueue import WorkQueue, lease_from
 
@@ -23,6 +24,7 @@ __version__ = "0.2.0"
 __all__ = [
     "AsyncWorkQueue",
     "AsyncWorker",
+    "CleanProgress",
     "CleanReport",
     "CrossSlotError",
     "DeadLetter",

@@ -13,9 +13,9 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from .cleaning import CleanReport, ProgressCallback
 from .item import Item
 from .ops import (
-    CleanReport,
     DeadLetter,
     FlushReport,
     PendingItem,
@@ -147,9 +147,9 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.light_clean`."""
         return await arun(db, self.ops.light_clean())
 
-    async def deep_clean(self, db: Redis) -> CleanReport:
+    async def deep_clean(self, db: Redis, progress: ProgressCallback | None = None) -> CleanReport:
         """See :meth:`WorkQueue.deep_clean`."""
-        return await arun(db, self.ops.deep_clean())
+        return await arun(db, self.ops.deep_clean(progress))
 
     async def dead_letters(self, db: Redis, start: int = 0, count: int = 100) -> list[DeadLetter]:
         """See :meth:`WorkQueue.dead_letters`."""

@@ -19,10 +19,10 @@ from typing import Any
 import redis
 
 from . import metrics, server
+from .cleaning import CleanProgress, CleanReport
 from .demo import run_demo
 from .errors import WorkQueueError
 from .keyprefix import KeyPrefix
-from .ops import CleanReport
 from .worker import Worker, load_handler
 from .workqueue import WorkQueue
 
@@ -48,17 +48,37 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+def _show_progress(name: str) -> Callable[[CleanProgress], None]:
+    """A deep clean's progress, as one line rewritten in place on stderr (a terminal)."""
+
+    def show(p: CleanProgress) -> None:
+        line = (
+            f"{name}: {p.phase}, examined {p.examined}, requeued {p.requeued}, "
+            f"dead {p.dead}, forgotten {p.forgotten} ({p.rate:,.0f}/s, {p.elapsed:.1f} s)"
+        )
+        end = "\n" if p.phase == "done" else ""
+        print(f"\r{line}\x1b[K", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
 def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
     def run(args: argparse.Namespace, db: redis.Redis) -> int:
         reports: dict[str, dict[str, int]] = {}
+        tty = sys.stderr.isatty()
         for name in args.queues:
             queue = WorkQueue(KeyPrefix(name), args.max_deliveries)
-            report: CleanReport = getattr(queue, kind)(db)
+            report: CleanReport
+            if kind == "deep_clean":
+                report = queue.deep_clean(db, _show_progress(name) if tty else None)
+            else:
+                report = queue.light_clean(db)
             reports[name] = asdict(report)
             if not args.json:
                 print(
                     f"{name}: examined {report.examined}, requeued {report.requeued}, "
-                    f"dropped {report.dropped}, dead {report.dead}"
+                    f"dropped {report.dropped}, dead {report.dead}, "
+                    f"forgotten {report.forgotten}"
                 )
         if args.json:
             print(json.dumps(reports))

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import cluster, scripts
+from . import cleaning, cluster, scripts
+from .cleaning import CleanReport
 from .errors import InvalidArgumentError, OutcomeUnknownError, ReplicationError
 from .item import Item
 from .keyprefix import QueueKeys
@@ -25,16 +26,8 @@ logger = logging.getLogger("redis_work_queue")
 #: Ids a lease call may drop or bury before handing control back (and due delayed items it
 #: promotes): BUDGET in lua/lease.lua.
 LEASE_BUDGET = 100
-#: Ids one light-clean call examines: well under a millisecond of server time.
-CLEAN_CHUNK = 500
-#: The COUNT hint of each SCAN step of the deep clean.
+#: The COUNT hint of each SCAN step of a flush.
 SCAN_COUNT = 1000
-#: Ids read per LRANGE when the deep clean takes its snapshot of the lists.
-SNAPSHOT_CHUNK = 2000
-#: Suspects re-checked per deep-clean call (each costs a scan of both lists, in C), at most, and
-#: list entries scanned per call: the chunk shrinks as the lists grow.
-RECHECK_CHUNK = 20
-RECHECK_BUDGET = 1_000_000
 #: Dead letters requeued or purged per script call.
 DEAD_CHUNK = 500
 #: Items added per script call, and the most bytes of data one call carries.
@@ -60,27 +53,6 @@ TICK_SECS = 0.11
 #: time. A worker's registration in ``P:waiting`` lapses one second after its wait ends, so
 #: a worker killed while waiting leaves no trace after two.
 WAIT_SLICE_SECS = 1.0
-
-
-@dataclass(frozen=True)
-class CleanReport:
-    """What one clean did.
-
-    Attributes:
-        examined: Ids looked at (light clean: processing-list entries; deep clean: data keys).
-        requeued: Items pushed back onto the main queue.
-        dropped: Ids removed from the processing list because their item no longer exists.
-        dead: Items moved to the dead-letter store: their lease expired on their last allowed
-            delivery (light clean only).
-        forgotten: Delivery counts and reasons dropped because their item no longer exists (deep
-            clean only).
-    """
-
-    examined: int = 0
-    requeued: int = 0
-    dropped: int = 0
-    dead: int = 0
-    forgotten: int = 0
 
 
 @dataclass(frozen=True)
@@ -362,6 +334,8 @@ class QueueOps:
         self._add_unique = (keys.prefix, "1", 0, 0, 0)
         self._add_checked = (keys.prefix, "0", 0, 0, 0)
         self.plan = LeasePlan([self])
+        #: What this queue's light cleans carry from one pass to the next.
+        self.clean_state = cleaning.CleanState()
 
     def _call(
         self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
@@ -572,26 +546,7 @@ class QueueOps:
 
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
-        keys = self.keys
-        total = int((yield Command(("LLEN", self.keys.processing))))
-        examined = requeued = dropped = dead = 0
-        while True:
-            budget = max(min(CLEAN_CHUNK, total - examined), 1)
-            call = self._call("light_clean", budget, self.max_deliveries, CLEAN_CHUNK)
-            seen, back, gone, buried, promoted = yield call
-            examined += seen
-            requeued += back
-            dropped += gone
-            dead += buried
-            processed = seen < budget or examined >= total
-            if processed and promoted < CLEAN_CHUNK:
-                break
-        report = CleanReport(examined=examined, requeued=requeued, dropped=dropped, dead=dead)
-        busy = report.requeued or report.dropped or report.dead
-        logger.log(
-            logging.INFO if busy else logging.DEBUG, "light clean of %s: %s", keys.prefix, report
-        )
-        return report
+        return (yield from cleaning.light_clean(self, self.clean_state))
 
     def _scan(self, pattern: str) -> Steps[list[list[bytes]]]:
         """SCAN for ``pattern``; one list of keys per step."""
@@ -607,54 +562,9 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
-    def deep_clean(self) -> Steps[CleanReport]:
-        """Recover items lost from both lists; see ``WorkQueue.deep_clean``."""
-        keys = self.keys
-        listed = yield from self._snapshot(keys.processing)
-        listed |= yield from self._snapshot(keys.queue)
-        offset = len(keys.item_prefix.encode("utf-8"))
-        examined = 0
-        suspects: dict[bytes, None] = {}
-        for batch in (yield from self._scan(keys.item_pattern())):
-            examined += len(batch)
-            suspects.update((key[offset:], None) for key in batch if key[offset:] not in listed)
-        # Each suspect costs a scan of both lists inside Redis: keep a call to a few ms.
-        chunk = max(1, min(RECHECK_CHUNK, RECHECK_BUDGET // max(len(listed), 1)))
-        requeued = 0
-        for ids in _chunks(list(suspects), chunk):
-            requeued += len((yield self._call("deep_clean", *ids)))
-        forgotten = 0
-        for key in (keys.deliveries, keys.reasons):
-            cursor: Any = 0
-            while True:
-                cursor, fields = yield Command(("HSCAN", key, cursor, "COUNT", SCAN_COUNT))
-                # redis-py parses HSCAN into a dict; a raw reply is a flat list.
-                ids = list(fields) if isinstance(fields, dict) else fields[0::2]
-                if ids:
-                    forgotten += int((yield self._call("forget_gone", *ids)))
-                if int(cursor) == 0:
-                    break
-        report = CleanReport(examined=examined, requeued=requeued, forgotten=forgotten)
-        if requeued:
-            logger.warning("deep clean of %s requeued %d lost items", keys.prefix, requeued)
-        else:
-            logger.info("deep clean of %s: %s", keys.prefix, report)
-        return report
-
-    def _snapshot(self, key: str) -> Steps[set[bytes]]:
-        """Read a list in chunks from its head.
-
-        Ids pushed or moved meanwhile may be missed; they only become suspects, which the
-        atomic re-check then clears.
-        """
-        seen: set[bytes] = set()
-        start = 0
-        while True:
-            chunk = yield Command(("LRANGE", key, start, start + SNAPSHOT_CHUNK - 1))
-            seen.update(chunk)
-            if len(chunk) < SNAPSHOT_CHUNK:
-                return seen
-            start += SNAPSHOT_CHUNK
+    def deep_clean(self, progress: cleaning.ProgressCallback | None = None) -> Steps[CleanReport]:
+        """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
+        return (yield from cleaning.deep_clean(self, new_token(), progress))
 
     # Inspection -------------------------------------------------------------------------------
 

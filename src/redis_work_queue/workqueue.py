@@ -15,11 +15,11 @@ from redis import Redis
 from redis.client import Pipeline
 
 from . import cluster
+from .cleaning import CleanReport, ProgressCallback
 from .errors import InvalidArgumentError
 from .item import Item
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import (
-    CleanReport,
     DeadLetter,
     FlushReport,
     PendingItem,
@@ -377,40 +377,55 @@ class WorkQueue(QueueBase):
     def light_clean(self, db: Redis) -> CleanReport:
         """Requeue items whose lease has expired, going through the processing list once.
 
-        The list is walked from its oldest end in steps of at most 500 ids, each one script call,
-        so Redis is never held for more than about a millisecond. Items whose last allowed
-        delivery expired go to the dead-letter store. Due delayed items are promoted. Run it
-        about as often as your shortest lease time.
+        The list is walked from its oldest end in steps of one script call each, sized from
+        the server time the previous steps took (``TIME`` inside the script) to hold Redis for
+        about a millisecond. Items whose last allowed delivery expired go to the dead-letter
+        store; due delayed items are promoted. A bounded share of the delivery counts and
+        reasons is checked too (an HSCAN that resumes where the previous pass stopped), and
+        the entries of items that no longer exist are dropped: a client of another
+        implementation that completes an item leased here leaves them behind. Run it about as
+        often as your shortest lease time.
 
         Returns:
-            How many entries were examined, requeued, dropped (their item no longer exists) and
-            moved to the dead-letter store.
+            How many entries were examined, requeued, dropped (their item no longer exists),
+            moved to the dead-letter store, and bookkeeping entries forgotten.
 
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
         return run(db, self.ops.light_clean())
 
-    def deep_clean(self, db: Redis) -> CleanReport:
-        """Find items that are in neither list and have no lease, and requeue them.
+    def deep_clean(self, db: Redis, progress: ProgressCallback | None = None) -> CleanReport:
+        """Requeue every item that exists, is not queued and has no lease.
 
-        Such items only appear when a client of another implementation dies half-way through a
-        multi-command operation, or when a list key is lost; run this rarely (hourly or daily).
+        That is what a light clean recovers (expired leases on the processing list, burying
+        the last allowed delivery) plus items lost from both lists, which only appear when a
+        client of another implementation dies half-way through a multi-command operation, or
+        when a list key is lost; run it rarely (hourly or daily).
 
-        It works in bounded steps: SCAN over ``<prefix>:item:*`` (never KEYS; the prefix is
-        glob-escaped), a read-only script that keeps the unleased ids of each step, a snapshot of
-        both lists read in chunks, and finally, for each id missing from the snapshot, a script
-        that re-checks it atomically before requeueing it. It also drops delivery counts and
-        reasons left behind by items that no longer exist. Cost: linear in the number of items,
-        plus one scan of the lists (in C, inside Redis) per id found missing.
+        Its cost is linear in the data keys scanned plus the lengths of both lists, whatever
+        share of the items is lost, and every step is one script call sized to hold Redis for
+        about a millisecond: a SCAN over ``<prefix>:item:*`` (never KEYS; the prefix is
+        glob-escaped), two walks of the main queue, a pass over the processing list, and an
+        HSCAN of the delivery counts and reasons. Items it suspects are lost are held (a lease
+        key with the run's token) so that nothing else queues them while it checks where they
+        are; nothing is ever queued twice, and a leased or delayed item is never requeued (see
+        :mod:`redis_work_queue.cleaning`). Every cleaner of a queue must run a version with
+        this deep clean: an older light clean would rotate a held id instead of requeueing it.
+
+        Args:
+            db: The Redis client.
+            progress: Called with a :class:`CleanProgress` about twice a second, and at the
+                end. Progress is also logged at INFO every few seconds.
 
         Returns:
-            How many data keys were examined, items requeued and bookkeeping entries forgotten.
+            How many data keys were examined, items requeued, processing-list entries dropped,
+            items moved to the dead-letter store and bookkeeping entries forgotten.
 
         Raises:
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        return run(db, self.ops.deep_clean())
+        return run(db, self.ops.deep_clean(progress))
 
     # Dead letters -----------------------------------------------------------------------------
 

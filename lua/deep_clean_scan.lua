@@ -1,0 +1,22 @@
+-- deep_clean_scan: one SCAN step of the deep clean over the queue's data keys.
+--#include queue.lua
+--#include hold.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) SCAN cursor, arg(2) COUNT hint, arg(3) the pattern of the data keys (P:item:*, with P
+-- glob-escaped)
+-- Returns {microseconds this call held Redis, next cursor, {data keys}}. Leased items are among
+-- them: the hold step skips them (checking their leases here would cost every queued item a
+-- lookup that the first walk of the main queue makes needless).
+-- Keeps: writes nothing; never KEYS, and only this queue's data keys match the pattern. As the
+-- first call of a deep clean it reads every key of the queue that a later step may write, so a
+-- key of the wrong type fails the clean before anything is written.
+redis.call('LLEN', Q.queue)
+redis.call('LLEN', Q.processing)
+redis.call('LLEN', Q.wake)
+redis.call('HLEN', Q.deliveries)
+redis.call('HLEN', Q.reasons)
+redis.call('ZCARD', Q.dead)
+redis.call('ZCARD', Q.delayed)
+redis.call('ZCARD', Q.waiting)
+local found = redis.call('SCAN', arg(1), 'MATCH', arg(3), 'COUNT', tonumber(arg(2)))
+return {elapsed(), found[1], found[2]}

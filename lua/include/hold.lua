@@ -1,0 +1,25 @@
+-- hold: the deep clean's hold on a suspect item, and the clock that sizes every clean step.
+-- A hold is a lease key (P:lease:<id>) whose value is HOLD_PREFIX followed by one deep-clean
+-- run's token. The deep clean sets it on an item that exists, has no lease and was not seen on
+-- the main queue. Like any lease it keeps every cleaner (of any implementation) and every lease
+-- script from queueing the item, so a held id never enters the main queue; it may still leave it
+-- (a worker's lease drops a held id it pops, as a stray copy of a leased item). A light clean that
+-- finds a held id on the processing list treats it as an expired lease: it removes the hold with
+-- the entry and requeues (or buries) the item.
+local HOLD_PREFIX = 'deep-clean:'
+
+local function is_hold(value)
+  return value and string.sub(value, 1, #HOLD_PREFIX) == HOLD_PREFIX
+end
+
+local function micros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The server time this call has held Redis so far, in microseconds: each clean step returns it,
+-- and the client sizes the next step from it.
+local STARTED = micros()
+local function elapsed()
+  return micros() - STARTED
+end

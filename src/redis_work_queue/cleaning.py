@@ -1,0 +1,381 @@
+"""The light and deep cleans, written once as generators of Redis calls (see :mod:`.protocol`).
+
+Every step is one script call that reports the server time it took (``TIME`` inside the
+script); the size of the next step of the same kind is adapted from it so that each call holds
+Redis for about :data:`CLEAN_TARGET_US`.
+
+The deep clean in seven steps, each linear in what it reads:
+
+1. SCAN the queue's data keys (``deep_clean_scan``).
+2. Walk the main queue from its head (``deep_clean_walk``); drop the ids seen there. What is
+   left are suspects: leased, lost from both lists, on the processing list with an expired
+   lease, or queued after the walk passed their place.
+3. Hold each suspect that still exists and has no lease key (``deep_clean_hold``), so neither
+   leased nor delayed: the hold is a lease key with the run's token, so from now on nothing
+   queues the item.
+4. Walk the main queue again; a held id met there loses its hold in the same call (it is queued).
+   A held id not met is not on the main queue, and cannot enter it while held.
+5. One light-clean pass of as many pops from the tail of the processing list as it has entries
+   now: it requeues (or buries) expired leases, and a held id it meets is requeued with its hold
+   removed. Every id on the list now is within that many pops of the tail (the list is only
+   pushed at its head), so afterwards no held id is on it.
+6. Each id still held by this run is in neither list: ``deep_clean`` removes the hold and queues
+   it, once. A lease taken meanwhile (by any client) replaced the hold: such an item is skipped.
+7. HSCAN the bookkeeping hashes and drop the entries of items that no longer exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .protocol import Command, Steps
+
+if TYPE_CHECKING:
+    from .ops import QueueOps
+
+logger = logging.getLogger("redis_work_queue")
+
+#: Server time one clean call aims at, in microseconds.
+CLEAN_TARGET_US = 1000
+#: Size of the first call of each kind of step, before any measurement.
+CLEAN_FIRST = 200
+#: Most ids one call passes to or reads back through Lua's ``unpack`` (whose limit is ~8000).
+CLEAN_MAX = 4000
+#: Most entries one walk step or SCAN step reads (their replies do not go through ``unpack``).
+WALK_MAX = 16000
+#: How long a deep clean's hold on a suspect lasts, in ms: longer than any run's step 3 to step 6.
+#: A hold left by a crashed run lapses after it, leaving the item as it was.
+HOLD_MS = 15 * 60 * 1000
+#: Bookkeeping entries a light clean checks per pass, at least (more when the processing list is
+#: longer); the HSCAN cursor carries over to the next pass.
+FORGET_PER_PASS = 1000
+#: Seconds between two calls of a progress callback, and between two INFO log lines.
+PROGRESS_SECS = 0.5
+LOG_SECS = 5.0
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    """What one clean did.
+
+    Attributes:
+        examined: Ids looked at (light clean: processing-list entries; deep clean: data keys).
+        requeued: Items pushed back onto the main queue.
+        dropped: Ids removed from the processing list because their item no longer exists (or
+            because they were a second entry of the same id).
+        dead: Items moved to the dead-letter store: their lease expired on their last allowed
+            delivery.
+        forgotten: Items whose delivery count and reason were dropped because the item no longer
+            exists.
+    """
+
+    examined: int = 0
+    requeued: int = 0
+    dropped: int = 0
+    dead: int = 0
+    forgotten: int = 0
+
+
+@dataclass(frozen=True)
+class CleanProgress:
+    """How far a deep clean has got, as passed to its progress callback.
+
+    Attributes:
+        phase: The step running: ``scan``, ``walk``, ``hold``, ``recheck``, ``processing``,
+            ``requeue``, ``forget``, then ``done``.
+        examined: Data keys examined so far.
+        requeued: Items requeued so far.
+        dropped: Processing-list entries dropped so far.
+        dead: Items moved to the dead-letter store so far.
+        forgotten: Bookkeeping entries dropped so far.
+        elapsed: Seconds since the clean started.
+        longest_call: The most server time one call of the clean has taken, in seconds.
+    """
+
+    phase: str
+    examined: int
+    requeued: int
+    dropped: int
+    dead: int
+    forgotten: int
+    elapsed: float
+    longest_call: float
+
+    @property
+    def rate(self) -> float:
+        """Data keys examined per second."""
+        return self.examined / self.elapsed if self.elapsed > 0 else 0.0
+
+
+ProgressCallback = Callable[[CleanProgress], None]
+
+
+class Pace:
+    """The size of one kind of clean step, adapted between calls from their server time.
+
+    Args:
+        maximum: The largest size allowed.
+    """
+
+    __slots__ = ("maximum", "size")
+
+    def __init__(self, maximum: int = CLEAN_MAX) -> None:
+        self.maximum = maximum
+        self.size = min(CLEAN_FIRST, maximum)
+
+    def update(self, done: int, elapsed_us: int) -> None:
+        """Size the next call from this one: ``done`` units of work in ``elapsed_us``.
+
+        The size grows at most twofold per call, and only after a full call; it shrinks at once
+        to what the measured rate allows.
+        """
+        if done <= 0:
+            return
+        fits = int(CLEAN_TARGET_US * done / max(elapsed_us, 1))
+        grown = self.size * 2 if done >= self.size else self.size
+        self.size = max(1, min(self.maximum, fits, grown))
+
+
+class CleanState:
+    """What a queue's light cleans carry from one pass to the next (per process)."""
+
+    __slots__ = ("cursors", "forget", "light")
+
+    def __init__(self) -> None:
+        self.light = Pace()
+        self.forget = Pace(WALK_MAX)
+        #: HSCAN cursors of the bookkeeping hashes.
+        self.cursors: dict[str, int] = {"deliveries": 0, "reasons": 0}
+
+
+class _Tally:
+    """Running totals of one clean, its progress callback and its periodic log line."""
+
+    def __init__(self, what: str, prefix: str, progress: ProgressCallback | None) -> None:
+        self.what = what
+        self.prefix = prefix
+        self.progress = progress
+        self.examined = self.requeued = self.dropped = self.dead = self.forgotten = 0
+        self.longest_us = 0
+        self.phase = "scan"
+        self.started = self.reported = self.logged = time.monotonic()
+
+    def timed(self, elapsed_us: int) -> None:
+        self.longest_us = max(self.longest_us, int(elapsed_us))
+        self.tick()
+
+    def snapshot(self) -> CleanProgress:
+        return CleanProgress(
+            phase=self.phase,
+            examined=self.examined,
+            requeued=self.requeued,
+            dropped=self.dropped,
+            dead=self.dead,
+            forgotten=self.forgotten,
+            elapsed=time.monotonic() - self.started,
+            longest_call=self.longest_us / 1e6,
+        )
+
+    def tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is not None and (force or now - self.reported >= PROGRESS_SECS):
+            self.reported = now
+            self.progress(self.snapshot())
+        if now - self.logged >= LOG_SECS:
+            self.logged = now
+            p = self.snapshot()
+            logger.info(
+                "%s of %s: %s, %d examined, %d requeued, %d dead, %d forgotten (%.0f/s)",
+                self.what,
+                self.prefix,
+                p.phase,
+                p.examined,
+                p.requeued,
+                p.dead,
+                p.forgotten,
+                p.rate,
+            )
+
+    def report(self) -> CleanReport:
+        return CleanReport(
+            examined=self.examined,
+            requeued=self.requeued,
+            dropped=self.dropped,
+            dead=self.dead,
+            forgotten=self.forgotten,
+        )
+
+
+def _key_bytes(key: bytes | str) -> bytes:
+    return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
+
+
+def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> Steps[None]:
+    """Examine ``total`` entries from the tail of the processing list (fewer if it runs out).
+
+    Due delayed items are promoted on the way.
+    """
+    popped = 0
+    while True:
+        budget = max(1, min(pace.size, total - popped))
+        due = pace.size
+        reply = yield ops._call("light_clean", budget, ops.max_deliveries, due)
+        seen, back, gone, buried, promoted, elapsed_us = (int(v) for v in reply)
+        pace.update(seen + promoted, elapsed_us)
+        popped += seen
+        tally.requeued += back
+        tally.dropped += gone
+        tally.dead += buried
+        if tally.what == "light clean":
+            tally.examined += seen
+        tally.timed(elapsed_us)
+        if (seen < budget or popped >= total) and promoted < due:
+            return
+
+
+def _forget(
+    ops: QueueOps, tally: _Tally, pace: Pace, cursors: dict[str, int], limit: int | None
+) -> Steps[None]:
+    """HSCAN both bookkeeping hashes from ``cursors`` (updated), dropping dead items' entries.
+
+    Each hash stops after a full round, or once ``limit`` fields were checked.
+    """
+    for name in ("deliveries", "reasons"):
+        checked = 0
+        while True:
+            reply = yield ops._call("forget_gone", name, cursors[name], pace.size)
+            elapsed_us, cursor, fields, gone = (int(v) for v in reply)
+            pace.update(max(fields, 1), elapsed_us)
+            cursors[name] = cursor
+            checked += fields
+            tally.forgotten += gone
+            tally.timed(elapsed_us)
+            if cursor == 0 or (limit is not None and checked >= limit):
+                break
+
+
+def light_clean(ops: QueueOps, state: CleanState) -> Steps[CleanReport]:
+    """One pass over the processing list, then a bounded share of the bookkeeping."""
+    tally = _Tally("light clean", ops.keys.prefix, None)
+    total = int((yield Command(("LLEN", ops.keys.processing))))
+    yield from _processing_pass(ops, total, tally, state.light)
+    yield from _forget(ops, tally, state.forget, state.cursors, max(FORGET_PER_PASS, total))
+    report = tally.report()
+    busy = report.requeued or report.dropped or report.dead or report.forgotten
+    logger.log(
+        logging.INFO if busy else logging.DEBUG,
+        "light clean of %s: %s (longest call %.2f ms)",
+        ops.keys.prefix,
+        report,
+        tally.longest_us / 1000,
+    )
+    return report
+
+
+def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Steps[None]:
+    """Walk the main queue from its head into ``collect``.
+
+    Without a token, every id read is collected; with one, every id whose hold by run ``token``
+    was removed.
+    """
+    pace = Pace(WALK_MAX)
+    first = 0
+    while True:
+        count = pace.size
+        elapsed_us, read, ids = yield ops._call("deep_clean_walk", first, count, token)
+        pace.update(int(read), int(elapsed_us))
+        collect.update(ids)
+        first += int(read)
+        tally.timed(int(elapsed_us))
+        if int(read) < count:
+            return
+
+
+def _in_chunks(
+    ops: QueueOps, name: str, head: Sequence[Any], ids: Sequence[bytes], tally: _Tally
+) -> Steps[list[bytes]]:
+    """Call script ``name`` with ``head`` then chunks of ``ids``; the ids each call returns."""
+    pace = Pace()
+    out: list[bytes] = []
+    start = 0
+    while start < len(ids):
+        chunk = ids[start : start + pace.size]
+        elapsed_us, got = yield ops._call(name, *head, *chunk)
+        pace.update(len(chunk), int(elapsed_us))
+        out.extend(got)
+        start += len(chunk)
+        tally.timed(int(elapsed_us))
+    return out
+
+
+def deep_clean(
+    ops: QueueOps, token: str, progress: ProgressCallback | None = None
+) -> Steps[CleanReport]:
+    """Recover every item that exists, is not queued and has no lease; see the module doc."""
+    keys = ops.keys
+    tally = _Tally("deep clean", keys.prefix, progress)
+    tally.tick(force=True)
+    # 1. The data keys.
+    candidates: dict[bytes, None] = {}
+    pace = Pace(WALK_MAX)
+    pattern = keys.item_pattern()
+    skip = len(keys.item_prefix.encode("utf-8"))
+    cursor: Any = 0
+    while True:
+        count = pace.size
+        elapsed_us, cursor, found = yield ops._call("deep_clean_scan", cursor, count, pattern)
+        pace.update(count, int(elapsed_us))
+        tally.examined += len(found)
+        candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
+        tally.timed(int(elapsed_us))
+        if int(cursor) == 0:
+            break
+    # 2. Those not seen on the main queue are suspects.
+    tally.phase = "walk"
+    if candidates:
+        queued: set[bytes] = set()
+        yield from _walk(ops, "", tally, queued)
+        suspects = [i for i in candidates if i not in queued]
+        del queued
+    else:
+        suspects = []
+    del candidates
+    # 3. Hold them; 4. release the ones queued meanwhile.
+    tally.phase = "hold"
+    held = yield from _in_chunks(ops, "deep_clean_hold", (token, HOLD_MS), suspects, tally)
+    del suspects
+    released: set[bytes] = set()
+    if held:
+        tally.phase = "recheck"
+        yield from _walk(ops, token, tally, released)
+    # 5. Expired leases, and held ids, on the processing list.
+    tally.phase = "processing"
+    total = int((yield Command(("LLEN", keys.processing))))
+    yield from _processing_pass(ops, total, tally, Pace())
+    # 6. Held ids in neither list.
+    tally.phase = "requeue"
+    rest = [i for i in held if i not in released]
+    lost = len((yield from _in_chunks(ops, "deep_clean", (token,), rest, tally)))
+    tally.requeued += lost
+    # 7. Bookkeeping of items that no longer exist.
+    tally.phase = "forget"
+    yield from _forget(ops, tally, Pace(WALK_MAX), {"deliveries": 0, "reasons": 0}, None)
+    tally.phase = "done"
+    tally.tick(force=True)
+    report = tally.report()
+    longest = tally.longest_us / 1000
+    if lost:
+        logger.warning(
+            "deep clean of %s requeued %d items lost from both lists: %s (longest call %.2f ms)",
+            keys.prefix,
+            lost,
+            report,
+            longest,
+        )
+    else:
+        logger.info("deep clean of %s: %s (longest call %.2f ms)", keys.prefix, report, longest)
+    return report
