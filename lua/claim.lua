@@ -1,7 +1,6 @@
 -- claim: hand out an id that a blocking BRPOPLPUSH has just moved onto the processing list.
 --#include queue.lua
 --#include wake.lua
---#include delay.lua
 --#include take.lua
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand the item out at most once,
 -- arg(4) the id that was moved, arg(5) the caller's waiter id, arg(6) max deliveries

@@ -4,7 +4,9 @@
 --#include queue.lua
 --#include wake.lua
 --#include delay.lua
+--#include hold.lua
 --#include take.lua
+--#include stray.lua
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
 -- arg(4) how many items, arg(5) when nothing is found: ms for which to register the caller as a
 -- worker blocked on the queues (0: it will not block), arg(6) the caller's waiter id ('' when it
@@ -65,7 +67,10 @@ for i = 1, NQ do
     redis.call('RPOP', q.queue, #ids)
     local taken_ids = {}
     for j = #ids, 1, -1 do
-      local taken = take(q, ids[j], data[j], ms, token, max, once, now)
+      local taken, leased = take(q, ids[j], data[j], ms, token, max, once, now)
+      if leased then
+        watch(q, ids[j])
+      end
       if taken then
         out[#out + 1] = taken
         taken_ids[#taken_ids + 1] = ids[j]

@@ -309,3 +309,15 @@ def test_a_worker_blocked_on_several_queues_finds_a_foreign_push_within_a_second
     waiter.join(10)
     assert got and got[0][0] is not None and got[0][0][1].id() == "f"
     assert got[0][1] - pushed < 1.5
+
+
+def test_an_id_held_by_a_deep_clean_met_on_the_main_queue_is_only_dropped(
+    db: redis.Redis, any_queue: WorkQueue
+) -> None:
+    """The deep clean requeues the ids it holds itself: a lease leaves them off the processing
+    list (where its light-clean pass would requeue them a second time)."""
+    any_queue.add_item(db, Item(b"held", id="h"))
+    db.set(f"{PREFIX}:lease:h", "deep-clean:run", px=60_000)
+    assert any_queue.lease(db, 30, block=False) is None
+    assert lrange(db, f"{PREFIX}:processing") == []
+    assert lrange(db, f"{PREFIX}:queue") == []

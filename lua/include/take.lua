@@ -26,24 +26,12 @@ local function bury_keys(q, ids, counts, max)
   return 'zset', #letters > 0 and {q.dead} or {}, 'hash', letters
 end
 
--- An id met on the main queue while its lease is live. Its holder may have leased it in separate
--- commands (a client of another implementation) with a clean requeueing it in between, so that
--- it is on no processing list: it is pushed there unless it is on it already, so that a cleaner
--- requeues it when the lease expires. A delayed item (its lease is the delay's) stays where it
--- is. The caller checks the processing list beforehand. Returns nil.
-local function watched(q, id)
-  local held = redis.pcall('GET', q.lease .. id)
-  if held ~= DELAY_TOKEN and not redis.call('LPOS', q.processing, id) then
-    redis.call('LPUSH', q.processing, id)
-  end
-  return nil
-end
-
 -- Hand out an id just taken off the main queue (data: its data key's value, read before the id
 -- was taken; a data key of another type reads as none, and the id is dropped). The caller checks
 -- the bookkeeping hashes beforehand, and bury_keys. Returns
 -- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
--- a copy of a leased item (see watched), or has been delivered max times (it is then buried). With once,
+-- a copy of a leased item (then nil, true: see stray.lua), or has been delivered max times (it
+-- is then buried). With once,
 -- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the
 -- lease value token@now.
 local function take(q, id, data, ms, token, max, once, now)
@@ -55,12 +43,12 @@ local function take(q, id, data, ms, token, max, once, now)
   local n
   if once then
     if redis.call('EXISTS', lease) == 1 then
-      return watched(q, id)
+      return nil, true
     end
     n = delivered(q, id) + 1
   else
     if not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
-      return watched(q, id)
+      return nil, true
     end
     n = redis.call('HINCRBY', q.deliveries, id, 1)
   end
