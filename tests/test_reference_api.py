@@ -220,13 +220,10 @@ def test_lease_secs_zero_is_refused_before_anything_is_written(
 
 
 def test_asyncio_queue_has_the_same_attributes_and_pipeline_replies(
-    bytes_backend: Backend,
+    real_backend: Backend,
 ) -> None:
-    if not bytes_backend.real:
-        pytest.skip("the asyncio client runs on the real server")
-
     async def scenario() -> None:
-        db = redis.asyncio.Redis.from_url(bytes_backend.url)
+        db = redis.asyncio.Redis.from_url(real_backend.url)
         try:
             queue = AsyncWorkQueue(KeyPrefix(NAME))
             assert queue._main_queue_key == f"{NAME}:queue"
