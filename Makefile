@@ -24,7 +24,8 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/rwq demo
 
 ## test: the whole suite, on redis-server processes it starts itself (and on fakeredis);
-## the Spark tests need Java 17 (PYTEST_ARGS='-m "not spark"' leaves them out)
+## the Spark tests need Java 17 (PYTEST_ARGS='-m "not spark"' leaves them out), the Node.js
+## interop tests node and npm (PYTEST_ARGS='-m "not node"')
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

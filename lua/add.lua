@@ -2,16 +2,18 @@
 --#include queue.lua
 --#include wake.lua
 --#include delay.lua
--- arg(1) '1' to skip the existence check, arg(2) delay in ms (0: none), arg(3) due time in ms
--- since the epoch (0: none; wins over the delay), arg(4) time to live in ms (0: none), then
--- pairs of arg(5+2k) id and arg(6+2k) data
--- Returns, per item, 1 when it was added and 0 when its id existed already (nothing changed).
+-- arg(1) '1' to skip the existence check ('p': skip it, for one item queued on a caller's
+-- pipeline), arg(2) delay in ms (0: none), arg(3) due time in ms since the epoch (0: none; wins
+-- over the delay), arg(4) time to live in ms (0: none), then pairs of arg(5+2k) id and
+-- arg(6+2k) data
+-- Returns, per item, 1 when it was added and 0 when its id existed already (nothing changed);
+-- with 'p', a plain 1, as the reference client's SET replies on a pipeline.
 -- Keeps: the data keys are written before the ids are pushed; an existing item is never queued
 -- a second time (unless the check is skipped); a new item starts without bookkeeping (a count
 -- left by a client of another implementation is dropped); a delayed item holds a delay lease,
 -- so no cleaner queues it early; every key the call may write is type-checked before its first
 -- write.
-local unique, delay, at, ttl = arg(1) == '1', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
+local unique, delay, at, ttl = arg(1) ~= '0', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
 local now, due = 0, 0
 if delay > 0 or at > 0 then
   now = now_ms()
@@ -74,5 +76,8 @@ end
 if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))
   wake(Q, #ready)
+end
+if arg(1) == 'p' then
+  return 1
 end
 return added

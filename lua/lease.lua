@@ -4,7 +4,9 @@
 --#include queue.lua
 --#include wake.lua
 --#include delay.lua
+--#include hold.lua
 --#include take.lua
+--#include stray.lua
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
 -- arg(4) how many items, arg(5) when nothing is found: ms for which to register the caller as a
 -- worker blocked on the queues (0: it will not block), arg(6) the caller's waiter id ('' when it
@@ -14,8 +16,10 @@
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
 -- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
--- is always on the processing list; an id without a data key is dropped, never handed out; an
--- item is never handed out more than max deliveries times. Every queue's keys are type-checked
+-- is always on the processing list, and so is an id met on the main queue while its lease is
+-- live (it is left to its holder); an id without a data key is dropped, never handed out; an
+-- item is never handed out more than max deliveries times; the waiting set and the wake list
+-- expire with the last registration. Every queue's keys are type-checked
 -- before the first write; the dead letter of an id that has reached max deliveries is checked
 -- before the ids it came with are taken (after earlier takes of the same call, if any).
 local BUDGET = 100
@@ -41,6 +45,10 @@ end
 for i = 1, NQ do
   local q = queue_at(i)
   local max = tonumber(arg(7 + i))
+  if registered then
+    -- The caller looks again after a wait: a wake-up meant for it may have been taken.
+    drop_marker(q)
+  end
   promote(q, now, BUDGET)
   while #out < count and budget > 0 do
     -- The oldest ids (at the tail), and their data, in one read each.
@@ -59,7 +67,10 @@ for i = 1, NQ do
     redis.call('RPOP', q.queue, #ids)
     local taken_ids = {}
     for j = #ids, 1, -1 do
-      local taken = take(q, ids[j], data[j], ms, token, max, once, now)
+      local taken, leased = take(q, ids[j], data[j], ms, token, max, once, now)
+      if leased then
+        watch(q, ids[j])
+      end
       if taken then
         out[#out + 1] = taken
         taken_ids[#taken_ids + 1] = ids[j]
@@ -94,7 +105,7 @@ for i = 1, NQ do
     soonest = due
   end
   if flag > 0 then
-    redis.call('ZADD', q.waiting, now + flag, waiter)
+    join(q, waiter, now, flag)
   end
 end
 return soonest

@@ -93,7 +93,7 @@ def test_add_through_pipeline(
     assert queue.queue_len(db) == 0  # nothing runs before execute
     assert not db.exists("add:item:p0")
     results = pipe.execute()
-    assert results == [[1]] * 5  # one reply per add script: a flag per item
+    assert results == [True, 1, True, 2, True, 3, True, 4, True, 5]  # as SET and LPUSH reply
     assert queue.queue_len(db) == 5
     leased = [queue.lease(db, 30, block=False) for _ in items]
     assert [it.id() for it in leased if it] == [it.id() for it in items]  # FIFO

@@ -8,13 +8,18 @@ spelled out literally: it deliberately does not use the library's key layout cod
 from __future__ import annotations
 
 import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
 
 from conftest import Backend
-from helpers import get, lrange, wait_for
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
+from helpers import b, get, lrange, wait_for
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, lease_from
+from redis_work_queue.protocol import run
 
 
 class ForeignClient:
@@ -176,3 +181,143 @@ def test_foreign_completed_ids_are_dropped_by_us(
     assert queue.lease(db, 30, block=False) is None
     # Only the dead client's lease key is left, to expire on its own.
     assert db.keys("*") in ([b"shared:jobs:lease:a"], ["shared:jobs:lease:a"])
+
+
+# Races with a client that leases in separate commands, and a queue at rest --------------------
+
+
+@pytest.fixture
+def any_queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
+    """Our queue on the shared prefix, on the sync and the asyncio API."""
+    return queue_kind(KeyPrefix(PREFIX))
+
+
+def test_an_id_requeued_between_a_foreign_move_and_lease_is_kept_where_cleaners_look(
+    db: redis.Redis, any_queue: WorkQueue, foreign: ForeignClient
+) -> None:
+    foreign.add("s", b"stranded")
+    assert foreign.db.rpoplpush(f"{PREFIX}:queue", f"{PREFIX}:processing") == b"s"
+    assert any_queue.light_clean(db).requeued == 1  # no lease yet: requeued
+    foreign.db.set(f"{PREFIX}:lease:s", foreign.session, px=300)  # the foreign lease lands
+    assert lrange(db, f"{PREFIX}:processing") == []
+    assert any_queue.lease(db, 30, block=False) is None  # leased: left to its holder ...
+    assert lrange(db, f"{PREFIX}:processing") == [b"s"]  # ... and where a clean will see it
+    assert any_queue.lease(db, 30, block=False) is None
+    foreign.db.lpush(f"{PREFIX}:queue", "s")  # another stray copy: not pushed twice
+    assert any_queue.lease(db, 30, block=False) is None
+    assert lrange(db, f"{PREFIX}:processing") == [b"s"]
+    wait_for(lambda: not db.exists(f"{PREFIX}:lease:s"), timeout=5, what="the lease to expire")
+    assert any_queue.light_clean(db).requeued == 1
+    item = any_queue.lease(db, 30, block=False)
+    assert item is not None and (item.id(), item.data()) == ("s", b"stranded")
+
+
+def test_a_delayed_item_met_on_the_main_queue_stays_delayed(
+    db: redis.Redis, any_queue: WorkQueue
+) -> None:
+    any_queue.add_item(db, Item(b"later", id="d"), delay=60)
+    db.lpush(f"{PREFIX}:queue", "d")  # a stray copy (its lease is the delay's)
+    assert any_queue.lease(db, 30, block=False) is None
+    assert lrange(db, f"{PREFIX}:processing") == []
+    assert any_queue.stats(db).delayed == 1
+
+
+def _register_and_die(queue: WorkQueue, db: redis.Redis, ms: int) -> None:
+    """What a worker does before it blocks: the lease script registers it; then it is killed."""
+
+    def steps() -> Any:
+        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, ms, "dead-waiter"))
+
+    assert run(db, steps()) == -1  # nothing to lease, nothing delayed
+
+
+def test_a_worker_killed_while_waiting_leaves_no_keys(
+    db: redis.Redis, queue: WorkQueue, foreign: ForeignClient
+) -> None:
+    _register_and_die(queue, db, 400)
+    assert 0 < db.pttl(f"{PREFIX}:waiting") <= 400
+    foreign.add("f", b"")  # a foreign push wakes nobody ...
+    queue.add_item(db, Item(b"", id="o"))  # ... ours leaves a wake-up token, expiring too
+    assert 0 < db.pttl(f"{PREFIX}:wake") <= 400
+    wait_for(
+        lambda: not db.exists(f"{PREFIX}:waiting", f"{PREFIX}:wake"),
+        timeout=5,
+        what="the registration to lapse",
+    )
+    assert sorted(b(k) for k in db.keys("*")) == [
+        b"shared:jobs:item:f",
+        b"shared:jobs:item:o",
+        b"shared:jobs:queue",
+    ]
+
+
+def test_a_wake_up_marker_taken_by_a_foreign_worker_is_dropped_at_our_next_look(
+    db: redis.Redis, queue: WorkQueue, foreign: ForeignClient
+) -> None:
+    _register_and_die(queue, db, 5000)  # a worker of ours is registered, about to block
+    queue.add_item(db, Item(b"soon", id="d"), delay=30)  # earlier than anything: a wake-up
+    assert lrange(db, f"{PREFIX}:queue") == [b""]
+    assert foreign.lease(30_000) is None  # a foreign worker pops the marker and drops it ...
+    assert lrange(db, f"{PREFIX}:processing") == [b""]  # ... leaving it on the processing list
+
+    def look_again() -> Any:
+        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, 5000, "dead-waiter", True))
+
+    assert 0 < run(db, look_again()) <= 30_000  # our worker's next look: the item's due time
+    assert lrange(db, f"{PREFIX}:processing") == []
+    assert lrange(db, f"{PREFIX}:queue") == []
+
+
+def test_a_foreign_item_with_the_empty_id_keeps_its_processing_entry(
+    db: redis.Redis, queue: WorkQueue, foreign: ForeignClient
+) -> None:
+    foreign.add("", b"empty id")
+    assert foreign.lease(30_000) == ("", b"empty id")
+    _register_and_die(queue, db, 5000)
+
+    def look_again() -> Any:
+        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, 5000, "dead-waiter", True))
+
+    assert run(db, look_again()) == -1
+    assert lrange(db, f"{PREFIX}:processing") == [b""]  # its entry, not a marker: kept
+    assert foreign.complete("") is True
+
+
+def test_a_worker_blocked_on_several_queues_finds_a_foreign_push_within_a_second(
+    real_backend: Backend,
+) -> None:
+    db = real_backend.client()
+    high, low = WorkQueue(KeyPrefix(PREFIX)), WorkQueue(KeyPrefix(PREFIX + "-low"))
+    got: list[tuple[Any, float]] = []
+
+    def wait() -> None:
+        worker_db = real_backend.client()
+        worker_db.client_setname("several")
+        got.append((lease_from(worker_db, [high, low], 30, timeout=10), time.monotonic()))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    wait_for(
+        lambda: any(
+            c.get("name") == "several" and c.get("cmd") == "blpop" for c in db.client_list()
+        ),
+        timeout=10,
+        what="the worker to block",
+    )
+    ForeignClient(db, PREFIX).add("f", b"foreign")  # no wake-up token: found at the next look
+    pushed = time.monotonic()
+    waiter.join(10)
+    assert got and got[0][0] is not None and got[0][0][1].id() == "f"
+    assert got[0][1] - pushed < 1.5
+
+
+def test_an_id_held_by_a_deep_clean_met_on_the_main_queue_is_only_dropped(
+    db: redis.Redis, any_queue: WorkQueue
+) -> None:
+    """The deep clean requeues the ids it holds itself: a lease leaves them off the processing
+    list (where its light-clean pass would requeue them a second time)."""
+    any_queue.add_item(db, Item(b"held", id="h"))
+    db.set(f"{PREFIX}:lease:h", "deep-clean:run", px=60_000)
+    assert any_queue.lease(db, 30, block=False) is None
+    assert lrange(db, f"{PREFIX}:processing") == []
+    assert lrange(db, f"{PREFIX}:queue") == []

@@ -30,7 +30,8 @@ end
 -- was taken; a data key of another type reads as none, and the id is dropped). The caller checks
 -- the bookkeeping hashes beforehand, and bury_keys. Returns
 -- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
--- a stray copy of a leased item, or has been delivered max times (it is then buried). With once,
+-- a copy of a leased item (then nil, true: see stray.lua), or has been delivered max times (it
+-- is then buried). With once,
 -- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the
 -- lease value token@now.
 local function take(q, id, data, ms, token, max, once, now)
@@ -42,12 +43,12 @@ local function take(q, id, data, ms, token, max, once, now)
   local n
   if once then
     if redis.call('EXISTS', lease) == 1 then
-      return nil
+      return nil, true
     end
     n = delivered(q, id) + 1
   else
     if not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
-      return nil
+      return nil, true
     end
     n = redis.call('HINCRBY', q.deliveries, id, 1)
   end

@@ -1,15 +1,43 @@
 -- wake: blocked workers. A worker about to block registers in P:waiting (see lease.lua); every
 -- push onto a queue with a registered worker also pushes a wake-up token onto P:wake, which a
 -- worker blocked on several queues waits for (a token carries no item); n items wake up to n
--- workers.
+-- workers. Both keys expire when the last registration lapses.
 local WAKE_TOKENS = 16
 
 local function wake(q, n)
-  if redis.call('EXISTS', q.waiting) == 1 then
+  local left = redis.call('PTTL', q.waiting)
+  if left ~= -2 then
     for _ = 1, math.min(n or 1, WAKE_TOKENS) do
       redis.call('LPUSH', q.wake, '1')
     end
     redis.call('LTRIM', q.wake, 0, WAKE_TOKENS - 1)
+    if left > 0 then
+      -- The tokens go when the last registration lapses, as the waiting set does.
+      redis.call('PEXPIRE', q.wake, left)
+    end
+  end
+end
+
+-- Register a worker about to block for up to ms. The waiting set expires with its last
+-- registration, so that workers killed while waiting leave nothing behind. The caller checks
+-- the waiting set beforehand.
+local function join(q, waiter, now, ms)
+  redis.call('ZADD', q.waiting, now + ms, waiter)
+  if redis.call('PTTL', q.waiting) < ms then
+    redis.call('PEXPIRE', q.waiting, ms)
+  end
+end
+
+-- Drop the empty id that a worker of another implementation leaves on the processing list when
+-- it takes a wake-up meant for ours (see schedule in delay.lua). It lands at the newest end, so
+-- only the newest MARKER_LOOK entries are searched; every clean drops one that is further in.
+-- While an item with the empty id exists (made by another client), the entry may be its own and
+-- stays. The caller checks the processing list beforehand.
+local MARKER_LOOK = 100
+local function drop_marker(q)
+  if redis.call('LPOS', q.processing, '', 'MAXLEN', MARKER_LOOK)
+    and redis.call('EXISTS', q.item) == 0 then
+    redis.call('LREM', q.processing, 1, '')
   end
 end
 

@@ -13,7 +13,6 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from . import cluster
 from .cleaning import CleanReport, ProgressCallback
 from .item import Item
 from .ops import (
@@ -23,7 +22,6 @@ from .ops import (
     QueuedItem,
     QueueStats,
     Released,
-    check_item,
     max_block,
 )
 from .protocol import arun
@@ -73,9 +71,7 @@ class AsyncWorkQueue(QueueBase):
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
-        call = self.ops.add_call([check_item(item)], unique=True)
-        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
-        call.script.queue_on(pipeline, call.keys, call.args)
+        self.ops.queue_add_on(pipeline, item)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_item_to_pipeline`."""

@@ -1,4 +1,4 @@
-"""Item: an id and its bytes of data."""
+"""Item: an id and its bytes of data, as a ``dict`` with the keys ``data`` and ``id``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from uuid6 import uuid7
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 ItemData = bytes | bytearray | memoryview | str
 
@@ -19,42 +19,63 @@ def new_id() -> str:
 
 
 def _to_bytes(data: object) -> bytes:
+    """Bytes of ``data``: a str as UTF-8, anything else as ``bytes(data)`` does it.
+
+    ``bytes(data)`` takes any buffer (bytearray, memoryview, array, numpy array) and any iterable
+    of ints in range(256). An int (``bytes(5)`` is five zero bytes), a bool and a mapping (only
+    its keys would be kept) are refused: each would silently lose the value given.
+    """
     if isinstance(data, bytes):
-        return data
+        return bytes(data) if type(data) is not bytes else data
     if isinstance(data, str):
         return data.encode("utf-8")
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise InvalidArgumentError(f"item data must be bytes or str, not {type(data).__name__}")
+    expected = "item data must be bytes or str, a buffer, or an iterable of ints in range(256)"
+    if isinstance(data, int | Mapping) or data is None:
+        raise InvalidArgumentTypeError(f"{expected}, not {type(data).__name__}")
+    try:
+        return bytes(data)  # type: ignore[call-overload,no-any-return]
+    except TypeError as err:
+        raise InvalidArgumentTypeError(f"{expected}, not {type(data).__name__} ({err})") from None
+    except ValueError as err:
+        raise InvalidArgumentError(f"{expected} ({err})") from None
 
 
-class Item:
+class Item(dict[str, Any]):
     """A work item: a string id and arbitrary bytes of data.
+
+    An item is a ``dict`` with two keys, ``"data"`` (bytes) and ``"id"`` (str), as in the
+    reference Python client, so ``item["id"]``, ``item["data"]``, ``dict(item)`` and comparison
+    with a plain dict work; :meth:`id` and :meth:`data` read the same two keys.
 
     A leased item also carries its lease token (``lease_token``: the value its lease key was
     given when this worker leased it) and its delivery count (``deliveries``: how many times it
     has been handed out, this time included).
 
     Args:
-        data: The item's data. A ``str`` is stored as UTF-8.
-        id: The item's id; a new UUIDv7 (32 hex characters) when omitted. Any non-empty string
-            works, including colons, spaces, braces, glob characters and non-ASCII text.
+        data: The item's data. A ``str`` is stored as UTF-8; any other value is converted as
+            ``bytes(data)`` converts it (a buffer, or an iterable of ints in range(256)).
+        id: The item's id; a new UUIDv7 (32 hex characters) when omitted; a non-str id is
+            converted with ``str``. Any non-empty string works, including colons, spaces,
+            braces, glob characters and non-ASCII text.
 
     Raises:
-        InvalidArgumentError: ``data`` is not bytes-like or str, or ``id`` is empty.
+        InvalidArgumentTypeError: ``data`` cannot be converted to bytes without losing its
+            value (None, an int, a mapping, a float...); it is also a ``TypeError``, as the
+            reference client's ``bytes(data)`` raises.
+        InvalidArgumentError: ``data`` holds an int outside range(256), or ``id`` is empty.
     """
 
-    __slots__ = ("_data", "_id", "deliveries", "lease_token")
+    __slots__ = ("deliveries", "lease_token")
 
-    def __init__(self, data: ItemData, id: str | None = None) -> None:
-        self._data = _to_bytes(data)
+    def __init__(self, data: ItemData | Any, id: str | None = None) -> None:
+        converted = _to_bytes(data)
         if id is None:
             id = new_id()
         elif not isinstance(id, str):
             id = str(id)
         if id == "":
             raise InvalidArgumentError("an item id must not be empty")
-        self._id = id
+        dict.__init__(self, data=converted, id=id)
         self.lease_token: str | None = None
         self.deliveries = 0
 
@@ -62,23 +83,23 @@ class Item:
     def handed_out(cls, id: str, data: bytes, deliveries: int, lease_token: str | None) -> Item:
         """An item as a lease hands it out (from trusted values: no checks)."""
         item = cls.__new__(cls)
-        item._id = id
-        item._data = data
+        item["data"] = data  # item assignment: the fastest way to fill a new dict subclass
+        item["id"] = id
         item.deliveries = deliveries
         item.lease_token = lease_token
         return item
 
     def id(self) -> str:
         """The item's id."""
-        return self._id
+        return self["id"]  # type: ignore[no-any-return]
 
     def data(self) -> bytes:
         """The item's data."""
-        return self._data
+        return self["data"]  # type: ignore[no-any-return]
 
     def data_json(self) -> Any:
         """The item's data parsed as JSON."""
-        return json.loads(self._data)
+        return json.loads(self.data())
 
     @classmethod
     def from_json_data(cls, data: Any, id: str | None = None) -> Item:
@@ -98,14 +119,27 @@ class Item:
             raise InvalidArgumentError("an item's JSON must be an object with a 'data' key")
         return cls.from_dict(loaded)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Item):
-            return NotImplemented
-        return self._id == other._id and self._data == other._data
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash((self.get("id"), self.get("data")))
 
-    def __hash__(self) -> int:
-        return hash((self._id, self._data))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.get("id"), self.get("data"), self.deliveries, self.lease_token))
+
+    def __copy__(self) -> Item:
+        return _rebuild(self.get("id"), self.get("data"), self.deliveries, self.lease_token)
 
     def __repr__(self) -> str:
-        shown = self._data if len(self._data) <= 40 else self._data[:37] + b"..."
-        return f"Item(id={self._id!r}, data={shown!r})"
+        data = self.get("data")
+        if isinstance(data, bytes) and len(data) > 40:
+            data = data[:37] + b"..."
+        return f"Item(id={self.get('id')!r}, data={data!r})"
+
+
+def _rebuild(id: Any, data: Any, deliveries: int, lease_token: str | None) -> Item:
+    """Unpickle an item (its lease token and delivery count included)."""
+    item = Item.__new__(Item)
+    item["data"] = data
+    item["id"] = id
+    item.deliveries = deliveries
+    item.lease_token = lease_token
+    return item

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
-from . import cleaning, scripts
+from . import cleaning, cluster, scripts
 from .cleaning import CleanReport
 from .errors import InvalidArgumentError, OutcomeUnknownError, ReplicationError
 from .item import Item
@@ -48,6 +48,12 @@ _AGAIN = -2
 #: hz 10), so a waiting worker wakes for a delayed item by blocking until shortly before it is
 #: due and then sleeping locally for the rest: it gets the item within a few ms of its due time.
 TICK_SECS = 0.11
+#: The longest single blocking wait of a worker, whatever the timeout asked. A worker of
+#: another implementation blocked on the same main queue may take the wake-up meant for ours
+#: (see ``schedule`` in ``lua/include/delay.lua``); ours then still looks again within this
+#: time. A worker's registration in ``P:waiting`` lapses one second after its wait ends, so
+#: a worker killed while waiting leaves no trace after two.
+WAIT_SLICE_SECS = 1.0
 
 
 @dataclass(frozen=True)
@@ -247,6 +253,13 @@ def check_item(item: object) -> Item:
     """
     if not isinstance(item, Item):
         raise InvalidArgumentError(f"expected an Item, got {type(item).__name__}")
+    # An item is a dict, so its two keys can be changed after it was made.
+    item_id, data = item.get("id"), item.get("data")
+    if type(item_id) is not str or not isinstance(data, bytes):
+        raise InvalidArgumentError(
+            f"an item needs item['id'] a str and item['data'] bytes; got "
+            f"{type(item_id).__name__} and {type(data).__name__} (make it with Item(data, id))"
+        )
     return item
 
 
@@ -380,6 +393,22 @@ class QueueOps:
             fields += (item.id(), item.data())
         flag = "1" if unique else "0"
         return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
+
+    def queue_add_on(self, pipeline: Any, item: Item) -> None:
+        """Queue the add of one item whose id is new on a pipeline (sync or asyncio).
+
+        It leaves two replies in the pipeline's results, shaped as the reference client's SET
+        and LPUSH leave them: 1 (the item was stored) and the main queue's length after it.
+
+        Raises:
+            InvalidArgumentError: ``item`` is not an Item.
+            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
+                (nothing has been queued).
+        """
+        call = self.add_call([check_item(item)], unique=True)
+        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
+        call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
+        pipeline.execute_command("LLEN", self.keys.queue)
 
     def add(
         self,
@@ -765,7 +794,7 @@ def lease_steps(
     while True:
         token = new_token()
         remaining = deadline - time.monotonic()
-        slice_secs = max(min(remaining, max_block), 0.001)
+        slice_secs = max(min(remaining, max_block, WAIT_SLICE_SECS), 0.001)
         flag_ms = round(slice_secs * 1000) + 1000 if remaining > 0.001 else 0
         want = min(count, LEASE_CHUNK)
         reply = yield plan.lease(ms, token, once, want, flag_ms, waiter, registered)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -26,7 +27,6 @@ from .ops import (
     QueueOps,
     QueueStats,
     Released,
-    check_item,
     lease_steps,
     max_block,
 )
@@ -70,6 +70,31 @@ class QueueBase:
         self.name = name
         self.keys = QueueKeys(name)
         self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
+        #: A random id of this queue object, as the reference client keeps one (its lease
+        #: value); the library's leases carry a fresh token each instead.
+        self._session = uuid.uuid4().hex
+
+    # The reference client's attribute names, for code written against it.
+
+    @property
+    def _main_queue_key(self) -> str:
+        """The main queue's key, ``<prefix>:queue``."""
+        return self.keys.queue
+
+    @property
+    def _processing_key(self) -> str:
+        """The processing list's key, ``<prefix>:processing``."""
+        return self.keys.processing
+
+    @property
+    def _item_data_key(self) -> KeyPrefix:
+        """The prefix of the data keys: ``queue._item_data_key.of(id)`` is an item's data key."""
+        return KeyPrefix(self.keys.item_prefix)
+
+    @property
+    def _lease_key(self) -> KeyPrefix:
+        """The prefix of the lease keys: ``queue._lease_key.of(id)`` is an item's lease key."""
+        return KeyPrefix(self.keys.lease_prefix)
 
     @property
     def max_deliveries(self) -> int | None:
@@ -171,10 +196,18 @@ class WorkQueue(QueueBase):
         return run(db, self.ops.add(items, unique, delay, ttl, replicas))
 
     def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
-        """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes."""
-        call = self.ops.add_call([check_item(item)], unique=True)
-        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
-        call.script.queue_on(pipeline, call.keys, call.args)
+        """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes.
+
+        The add leaves two entries in ``pipeline.execute()``'s results, as the reference
+        client's SET and LPUSH do: 1 (the item was stored; it equals True) and the length of
+        the main queue after the push.
+
+        Raises:
+            InvalidArgumentError: ``item`` is not an Item.
+            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
+                (nothing has been queued).
+        """
+        self.ops.queue_add_on(pipeline, item)
 
     def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
         """Same as :meth:`add_unique_item_to_pipeline` (the name other clients use for it)."""
@@ -528,8 +561,8 @@ def lease_from(
     worker with the queues, and every push by this library onto a queue with a registered worker
     also pushes a wake-up token that the worker waits for (BLPOP). Tokens carry no items, so a
     worker killed while waiting loses nothing. A push by a client of another implementation
-    does not wake the worker: it finds the item at its next look, within at most 60 s (or half
-    the client's socket timeout).
+    does not wake the worker: it finds the item at its next look, within a second (a blocking
+    wait lasts at most ``WAIT_SLICE_SECS``).
 
     On Redis Cluster, queues whose prefixes do not share a ``{hash tag}`` cannot be looked at in
     one call: then each is tried in turn, in priority order, and a blocked worker waits on the
