@@ -137,7 +137,13 @@ def test_flush_removes_exactly_one_queue(db: redis.Redis, monkeypatch: pytest.Mo
     assert "KEYS" not in log.names()
     assert "SCAN" in log.names()
     patterns = {c[c.index("MATCH") + 1] for c in log.commands if "MATCH" in c}
-    assert patterns == {"a\\*:item:*", "a\\*:lease:*", "a\\*:dead:*", "a\\*:spark:batch:*"}
+    assert patterns == {
+        "a\\*:item:*",
+        "a\\*:lease:*",
+        "a\\*:dead:*",
+        "a\\*:spark:batch:*",
+        "a\\*:worker:*",
+    }
     monkeypatch.undo()
 
     assert full_state(db) == before

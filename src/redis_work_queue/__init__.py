@@ -9,12 +9,22 @@ from .errors import (
     OutcomeUnknownError,
     ReplicationError,
     ScriptError,
+    WorkerFailedError,
     WorkQueueError,
     WrongKeyTypeError,
 )
+from .health import WorkerInfo, alive_workers, live_workers
 from .item import Item
 from .keyprefix import KeyPrefix
-from .ops import CleanReport, DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats
+from .ops import (
+    CleanReport,
+    DeadLetter,
+    FlushReport,
+    PendingItem,
+    QueuedItem,
+    QueueStats,
+    Released,
+)
 from .worker import Worker, WorkerStats
 from .workqueue import WorkQueue, lease_from
 
@@ -34,14 +44,19 @@ __all__ = [
     "PendingItem",
     "QueueStats",
     "QueuedItem",
+    "Released",
     "ReplicationError",
     "ScriptError",
     "WorkQueue",
     "WorkQueueError",
     "Worker",
+    "WorkerFailedError",
+    "WorkerInfo",
     "WorkerStats",
     "WrongKeyTypeError",
     "__version__",
     "alease_from",
+    "alive_workers",
     "lease_from",
+    "live_workers",
 ]

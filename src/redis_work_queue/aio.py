@@ -22,6 +22,7 @@ from .ops import (
     PendingItem,
     QueuedItem,
     QueueStats,
+    Released,
     check_item,
     max_block,
 )
@@ -114,6 +115,17 @@ class AsyncWorkQueue(QueueBase):
     ) -> bool:
         """See :meth:`WorkQueue.release`."""
         return await arun(db, self.ops.release(item, delay, reason))
+
+    async def release_outcome(
+        self,
+        db: Redis,
+        item: Item,
+        delay: float = 0,
+        reason: str | None = None,
+        undo: bool = False,
+    ) -> Released:
+        """See :meth:`WorkQueue.release_outcome`."""
+        return await arun(db, self.ops.release_outcome(item, delay, reason, undo))
 
     @asynccontextmanager
     async def leased(

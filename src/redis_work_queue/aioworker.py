@@ -1,26 +1,40 @@
 """AsyncWorker: the worker runner for asyncio handlers.
 
-It behaves as :class:`redis_work_queue.worker.Worker`: lease (over the queues in priority
-order), call the handler, complete on return, release with exponential backoff on an exception,
-renew the leases of running handlers in the background, and stop cleanly on SIGTERM/SIGINT (a
-second signal releases what is still held). Concurrency is a number of tasks on one event loop.
+It behaves as :class:`redis_work_queue.worker.Worker` (the logic is shared: see
+:mod:`redis_work_queue.runner`): lease over the queues in priority order, call the handler,
+complete on return, release with exponential backoff on an exception, renew the leases of
+running handlers, wait out Redis outages with capped backoff, time out handlers (the task is
+cancelled), beat, self-clean, and stop cleanly on SIGTERM/SIGINT (a second signal releases what
+is still held). Concurrency is a number of tasks on one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aredis
-from redis.exceptions import RedisError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from .aio import AsyncWorkQueue, lease_from
+from .errors import WorkerFailedError
 from .item import Item
-from .protocol import arun
-from .worker import WorkerStats, backoff_delay, check_options
+from .runner import (
+    CleanSecs,
+    Core,
+    Job,
+    WorkerStats,
+    adrive,
+    backoff_delay,
+    check_options,
+    check_pool,
+)
+from .worker import JOIN_SECS, socket_timeout_for
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +45,8 @@ class AsyncWorker:
     """Runs the coroutine ``handler`` over items leased from ``queues``.
 
     Args:
-        db: A ``redis.asyncio`` client, or a URL.
+        db: A ``redis.asyncio`` client, or a URL (then the worker makes its own client, with a
+            pool sized to the concurrency, as :class:`~redis_work_queue.worker.Worker` does).
         queues: The queues to work on, highest priority first.
         handler: ``async def handler(item)``; a return completes the item, an exception
             releases it for a retry.
@@ -40,9 +55,14 @@ class AsyncWorker:
         backoff: Delay before the first retry of a failed item, doubled per further delivery.
         max_backoff: The longest retry delay.
         poll_secs: How often an idle task looks at the stop flag.
+        timeout: Cancel a handler that runs longer than this many seconds and release its item
+            as a failure with reason ``timeout``; a new task takes its slot. None: no timeout.
+        clean_secs: As for ``Worker``: the fleet's light clean, at most once per interval.
+        heartbeat_secs: As for ``Worker``: the worker's registration and its heartbeat.
+        health_file: As for ``Worker``: touched at each beat while the worker is healthy.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
+        InvalidArgumentError: An argument is out of range (before anything starts).
     """
 
     def __init__(
@@ -56,8 +76,12 @@ class AsyncWorker:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         poll_secs: float = 1.0,
+        timeout: float | None = None,
+        clean_secs: CleanSecs = "auto",
+        heartbeat_secs: float | None = 5.0,
+        health_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        check_options(
+        self.options = check_options(
             queues,
             AsyncWorkQueue,
             handler,
@@ -66,39 +90,73 @@ class AsyncWorker:
             poll_secs,
             backoff,
             max_backoff,
+            timeout,
+            clean_secs,
+            heartbeat_secs,
+            health_file,
         )
-        self.db = aredis.Redis.from_url(db) if isinstance(db, str) else db
+        if isinstance(db, str):
+            db = aredis.Redis.from_url(
+                db,
+                max_connections=concurrency + 4,
+                socket_timeout=socket_timeout_for(self.options.poll_secs),
+                socket_connect_timeout=5,
+                retry=Retry(NoBackoff(), 0),
+            )
+        check_pool(db, concurrency)
+        self.db = db
         self.queues = list(queues)
         self.handler = handler
-        self.lease_secs = float(lease_secs)
+        self.lease_secs = self.options.lease_secs
         self.concurrency = concurrency
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        self.poll_secs = float(poll_secs)
+        self.backoff = self.options.backoff
+        self.max_backoff = self.options.max_backoff
+        self.poll_secs = self.options.poll_secs
+        self.timeout = self.options.timeout
         self.stats = WorkerStats()
-        self._stop = asyncio.Event()
-        self._abort = asyncio.Event()
-        self._held: dict[int, tuple[AsyncWorkQueue, Item]] = {}
-        self._lost: set[int] = set()
+        self.worker_id = ""
+        self._stop = False
+        self._abort = False
+        self._core: Core | None = None
         self._signals = 0
 
     def stop(self) -> None:
         """Lease nothing more; let running handlers finish."""
-        self._stop.set()
+        self._stop = True
+        if self._core is not None:
+            self._core.stop_flag.set()
+
+    def abort(self) -> None:
+        """Stop at once: cancel running handlers and release what is held."""
+        self._stop = self._abort = True
+        if self._core is not None:
+            self._core.stop_flag.set()
+            self._core.abort_flag.set()
+
+    def retry_delay(self, deliveries: int) -> float:
+        """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
+        return backoff_delay(self.backoff, self.max_backoff, deliveries)
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals == 1:
             logger.info("%s: finishing running jobs, leasing no more", signal.Signals(signum).name)
-            self._stop.set()
+            self.stop()
         else:
             logger.warning("%s again: releasing held items", signal.Signals(signum).name)
-            self._abort.set()
+            self.abort()
 
     async def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
     ) -> WorkerStats:
-        """Work until :meth:`stop` is called or a signal arrives; return the counts."""
+        """Work until :meth:`stop` is called or a signal arrives; return the counts.
+
+        Redis being unavailable does not end it: the worker waits and reconnects.
+
+        Raises:
+            WorkerFailedError: An error that reconnecting cannot cure stopped the worker (held
+                items were released); the original error is its ``__cause__``.
+        """
         loop = asyncio.get_running_loop()
         installed = []
         for sig in signals:
@@ -107,85 +165,74 @@ class AsyncWorker:
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # not the main thread, or no support
                 pass
-        renewer = asyncio.create_task(self._renew_loop(), name="rwq-renewer")
-        tasks = [
-            asyncio.create_task(self._loop(n), name=f"rwq-worker-{n}")
-            for n in range(self.concurrency)
+        core = Core(
+            self.options,
+            self.queues,
+            lease_from,
+            describe=" (its task is cancelled; a new task takes its slot)",
+        )
+        self._core = core
+        self.stats = core.stats
+        self.worker_id = core.worker_id
+        if self._stop:
+            core.stop_flag.set()
+        if self._abort:
+            core.abort_flag.set()
+        tasks: dict[int, asyncio.Task[None]] = {}
+
+        def start(slot: int) -> None:
+            tasks[slot] = asyncio.create_task(
+                adrive(core, core.job_loop(slot), self.db, self.handler, replace),
+                name=f"rwq-worker-{slot}",
+            )
+
+        def replace(job: Job) -> None:
+            task = tasks.get(job.slot)
+            if task is not None:
+                task.cancel()
+            core.held.settled(job)
+            if not core.stop_flag.is_set():
+                start(job.slot)
+
+        side = [
+            asyncio.create_task(
+                adrive(core, core.watchdog(), self.db, self.handler, replace), name="rwq-watchdog"
+            ),
+            asyncio.create_task(
+                adrive(core, core.housekeeping(), self.db, self.handler, replace),
+                name="rwq-housekeeping",
+            ),
         ]
-        aborter = asyncio.create_task(self._abort.wait())
+        for slot in range(self.concurrency):
+            start(slot)
         try:
-            done, _ = await asyncio.wait([*tasks, aborter], return_when=asyncio.FIRST_COMPLETED)
-            if aborter in done:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                await self._release_all("worker aborted")
-            else:
-                await asyncio.gather(*tasks)
+            while True:
+                current = list(tasks.values())
+                if all(task.done() for task in current):
+                    break
+                if core.abort_flag.is_set():
+                    for task in current:
+                        task.cancel()
+                    await asyncio.gather(*current, return_exceptions=True)
+                    await adrive(
+                        core, core.release_all("worker aborted"), self.db, self.handler, replace
+                    )
+                    break
+                await asyncio.wait(current, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            aborter.cancel()
-            renewer.cancel()
+            core.finished.set()
+            try:
+                await asyncio.wait_for(
+                    asyncio.gather(*side, return_exceptions=True), timeout=JOIN_SECS
+                )
+            except TimeoutError:
+                for task in side:
+                    task.cancel()
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        logger.info("worker stopped: %s", self.stats)
-        return self.stats
-
-    async def _loop(self, number: int) -> None:
-        while not self._stop.is_set():
-            leased = await lease_from(self.db, self.queues, self.lease_secs, timeout=self.poll_secs)
-            if leased is None:
-                continue
-            queue, item = leased
-            if self._stop.is_set():
-                # Leased as the stop came: give it back uncounted, at the front of the line.
-                await arun(self.db, queue.ops.release(item, 0, "worker stopping", undo=True))
-                return
-            self._held[number] = (queue, item)
-            try:
-                await self.handler(item)
-            except Exception as err:
-                self._held.pop(number, None)
-                self.stats.failed += 1
-                if number in self._lost:
-                    self._lost.discard(number)
-                    continue
-                delay = backoff_delay(self.backoff, self.max_backoff, item.deliveries)
-                reason = f"{type(err).__name__}: {err}"
-                logger.warning(
-                    "%s of %s failed (delivery %d), retry in %.1fs: %s",
-                    item.id(),
-                    queue.name.prefix,
-                    item.deliveries,
-                    delay,
-                    reason,
-                )
-                await queue.release(self.db, item, delay=delay, reason=reason)
-                continue
-            self._held.pop(number, None)
-            lost = number in self._lost
-            self._lost.discard(number)
-            if await queue.complete(self.db, item) and not lost:
-                self.stats.completed += 1
-            else:
-                self.stats.lost += 1
-                logger.warning("%s of %s was completed elsewhere", item.id(), queue.name.prefix)
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_secs / 3)
-            for number, (queue, item) in list(self._held.items()):
-                try:
-                    if not await queue.renew(self.db, item, self.lease_secs):
-                        logger.warning("lost the lease on %s of %s", item.id(), queue.name.prefix)
-                        self._lost.add(number)
-                        self._held.pop(number, None)
-                except RedisError as err:
-                    logger.warning("could not renew %s: %s", item.id(), err)
-
-    async def _release_all(self, reason: str) -> None:
-        held, self._held = list(self._held.values()), {}
-        for queue, item in held:
-            try:
-                await queue.release(self.db, item, reason=reason)
-            except RedisError as err:
-                logger.warning("could not release %s: %s", item.id(), err)
+        if core.fatal is not None:
+            raise WorkerFailedError(
+                f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
+            ) from core.fatal
+        logger.info("worker stopped: %s", core.stats)
+        return core.stats

@@ -20,7 +20,8 @@ import redis
 
 from . import metrics, server
 from .demo import run_demo
-from .errors import WorkQueueError
+from .errors import InvalidArgumentError, WorkerFailedError, WorkQueueError
+from .health import live_workers
 from .keyprefix import KeyPrefix
 from .ops import CleanReport
 from .worker import Worker, load_handler
@@ -159,26 +160,70 @@ def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
 def _worker(args: argparse.Namespace, db: redis.Redis) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    try:
+        handler = load_handler(args.handler)
+        queues = [WorkQueue(KeyPrefix(name), args.max_deliveries) for name in args.queues]
+        worker = Worker(
+            args.url,
+            queues,
+            handler,
+            lease_secs=args.lease_secs,
+            concurrency=args.concurrency,
+            processes=args.processes,
+            backoff=args.backoff,
+            max_backoff=args.max_backoff,
+            timeout=args.timeout,
+            clean_secs=None if args.no_clean else args.clean_secs,
+            heartbeat_secs=args.heartbeat_secs,
+            health_file=args.health_file,
+        )
+    except InvalidArgumentError as err:
+        return _fail(EXIT_USAGE, str(err))
     db.ping()
-    handler = load_handler(args.handler)
-    queues = [WorkQueue(KeyPrefix(name), args.max_deliveries) for name in args.queues]
-    worker = Worker(
-        args.url,
-        queues,
-        handler,
-        lease_secs=args.lease_secs,
-        concurrency=args.concurrency,
-        processes=args.processes,
-        backoff=args.backoff,
-        max_backoff=args.max_backoff,
+    try:
+        stats = worker.run()
+    except WorkerFailedError as err:
+        return _fail(EXIT_FAILED, str(err))
+    print(
+        f"completed {stats.completed}, failed {stats.failed}, lost {stats.lost}, "
+        f"timed out {stats.timed_out}"
     )
-    stats = worker.run()
-    print(f"completed {stats.completed}, failed {stats.failed}, lost {stats.lost}")
+    return EXIT_OK
+
+
+def _workers(args: argparse.Namespace, db: redis.Redis) -> int:
+    found = {name: live_workers(db, WorkQueue(KeyPrefix(name))) for name in args.queues}
+    if args.json:
+        print(json.dumps({name: [w.as_dict() for w in rows] for name, rows in found.items()}))
+        return EXIT_OK
+    header = ("queue", "worker", "pid", "beat", "completed", "failed", "lost")
+    table = [header]
+    now = time.time()
+    for name, rows in found.items():
+        for w in rows:
+            beat = f"{max(now - w.beat, 0):.1f}s ago"
+            table.append(
+                (name, w.id, str(w.pid), beat, str(w.completed), str(w.failed), str(w.lost))
+            )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    if len(table) == 1:
+        print("no live workers")
     return EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:
     return run_demo(url=args.url, items=args.items, workers=args.workers, out=print)
+
+
+def _clean_secs(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a handler over queues",
         description="Lease items from the queues (highest priority first) and call HANDLER on "
         "each: a return completes the item, an exception releases it for a retry with "
-        "exponential backoff. SIGTERM or Ctrl-C stops cleanly; a second one releases held items.",
+        "exponential backoff. Redis outages are waited out. SIGTERM or Ctrl-C stops cleanly "
+        "(exit 0); a second one releases held items. Exit 1 after a fatal error, 2 on bad "
+        "usage, 3 when Redis cannot be reached at start.",
     )
     p.add_argument("handler", metavar="HANDLER", help="module:function, called with each Item")
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefixes")
@@ -264,7 +311,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-deliveries", type=int, default=None, help="then dead-letter")
     p.add_argument("--backoff", type=float, default=1.0, help="first retry delay (default 1)")
     p.add_argument("--max-backoff", type=float, default=300.0, help="longest retry delay")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up a job running longer than this: it fails with reason 'timeout'",
+    )
+    p.add_argument(
+        "--health-file",
+        default=None,
+        metavar="PATH",
+        help="touch PATH at each heartbeat while healthy (for a liveness probe)",
+    )
+    p.add_argument(
+        "--heartbeat-secs", type=float, default=5.0, help="heartbeat interval (default 5)"
+    )
+    p.add_argument(
+        "--clean-secs",
+        type=_clean_secs,
+        default="auto",
+        help="light-clean the queues at most this often across all workers (default: the "
+        "lease time)",
+    )
+    p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
     p.set_defaults(func=_worker)
+
+    p = sub.add_parser(
+        "workers",
+        help="list the live workers of queues",
+        description="List the workers whose heartbeat has not lapsed, per queue.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_workers)
 
     p = sub.add_parser(
         "demo",

@@ -75,3 +75,11 @@ class OutcomeUnknownError(WorkQueueError, ConnectionError):
         )
         self.operation = operation
         self.result: object = None
+
+
+class WorkerFailedError(WorkQueueError):
+    """A worker runner stopped on an error it cannot recover from by reconnecting.
+
+    Examples: a key of the wrong type, a script error from bad state, an authentication or
+    permission failure. The original error is the exception's ``__cause__``.
+    """

@@ -125,10 +125,14 @@ class QueueKeys:
     ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
     ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake`` (a short list) wake
     workers that block on several queues at once. The names the layout uses are
-    :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
+    :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`. The worker
+    runner keeps ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean
+    lately), ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each
+    live worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet).
     """
 
     __slots__ = (
+        "cleaned",
         "dead",
         "dead_prefix",
         "delayed",
@@ -145,6 +149,8 @@ class QueueKeys:
         "spark_write",
         "waiting",
         "wake",
+        "worker_prefix",
+        "workers",
     )
 
     def __init__(self, prefix: KeyPrefix) -> None:
@@ -168,6 +174,9 @@ class QueueKeys:
         self.wake = prefix.of(":wake")
         self.spark_write = prefix.of(":spark:write")
         self.spark_batch_prefix = prefix.of(":spark:batch:")
+        self.cleaned = prefix.of(":cleaned")
+        self.workers = prefix.of(":workers")
+        self.worker_prefix = prefix.of(":worker:")
         #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
         #: name the other keys from the prefix, as above (see lua/include/queue.lua).
         self.script_keys = (self.queue,)
@@ -185,6 +194,10 @@ class QueueKeys:
         """The key of ``item_id``'s dead letter."""
         return self.dead_prefix + item_id
 
+    def worker(self, worker_id: str) -> str:
+        """The registration (hash) of the worker ``worker_id``."""
+        return self.worker_prefix + worker_id
+
     def spark_batch(self, batch: str) -> str:
         """The record of the items a Spark streaming read leased for one micro-batch."""
         return self.spark_batch_prefix + batch
@@ -196,11 +209,18 @@ class QueueKeys:
     def patterns(self) -> tuple[str, ...]:
         """SCAN MATCH patterns for the queue's keys that are not fixed, prefix glob-escaped.
 
-        They cover item data, leases, dead letters and the Spark data source's batch records:
+        They cover item data, leases, dead letters and the Spark data source's batch records and the
+        workers' registrations:
         each is ``<prefix>:<name>:*`` for a name of :data:`PER_KEY_NAMES`, which no other
         queue's keys can match (:func:`check_queue_name`).
         """
-        prefixes = (self.item_prefix, self.lease_prefix, self.dead_prefix, self.spark_batch_prefix)
+        prefixes = (
+            self.item_prefix,
+            self.lease_prefix,
+            self.dead_prefix,
+            self.spark_batch_prefix,
+            self.worker_prefix,
+        )
         return tuple(glob_escape(p) + "*" for p in prefixes)
 
     def fixed(self) -> tuple[str, ...]:
@@ -215,4 +235,6 @@ class QueueKeys:
             self.waiting,
             self.wake,
             self.spark_write,
+            self.cleaned,
+            self.workers,
         )

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any
 
 from . import scripts
@@ -170,6 +171,17 @@ class DeadLetter:
     def item(self) -> Item:
         """The dead letter as an :class:`Item` (same id and data)."""
         return Item(self.data, id=self.id)
+
+
+class Released(IntEnum):
+    """What a release did (the reply of ``lua/release.lua``)."""
+
+    #: The caller did not hold the lease (or the item no longer exists): nothing changed.
+    NOT_HELD = 0
+    #: The item went back to the queue, or to the delayed set for a retry.
+    REQUEUED = 1
+    #: It was on its last allowed delivery: it went to the dead letters instead.
+    BURIED = 2
 
 
 #: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
@@ -492,6 +504,12 @@ class QueueOps:
         With ``undo`` the delivery is not counted and the item goes back to the leasing end, as
         if it had never been handed out (a worker that stops before starting the job).
         """
+        return (yield from self.release_outcome(item, delay, reason, undo)) != Released.NOT_HELD
+
+    def release_outcome(
+        self, item: Item, delay: float, reason: str | None, undo: bool = False
+    ) -> Steps[Released]:
+        """Give a held item back and say where it went; see :meth:`release`."""
         item, token = held_token(item)
         delay_ms = to_ms(delay, "delay", minimum=0)
         extra: tuple[str, ...] = ()
@@ -501,7 +519,7 @@ class QueueOps:
             extra = (reason,)
         flag = "1" if undo else "0"
         call = self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
-        return bool((yield call))
+        return Released(int((yield call)))
 
     # Completing -------------------------------------------------------------------------------
 

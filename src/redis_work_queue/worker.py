@@ -1,11 +1,24 @@
-"""Worker: runs a handler over one or more queues, with retries, lease renewal and clean stops.
+"""Worker: runs a handler over one or more queues, in threads or in worker processes.
 
-For each item the worker leases: it calls the handler; completes the item when the handler
+For each item the worker leases it calls the handler; completes the item when the handler
 returns; releases it with an exponential backoff when the handler raises (the queue's
-``max_deliveries`` then decides when it goes to the dead-letter store instead). While the
-handler runs, a background thread renews the lease, so a job longer than its lease is never
-handed to a second worker. SIGTERM or SIGINT stops leasing; what is running finishes; a second
-signal releases what is still held and exits at once.
+``max_deliveries`` then decides when it goes to the dead letters instead), keeping the
+exception's type, message and traceback as the failure reason. While the handler runs, the
+lease is renewed, so a job longer than its lease is never handed to a second worker; with a
+``timeout``, a handler running longer is given up and its item released as a failure.
+
+The worker outlives Redis: connection loss, restarts, failovers, out-of-memory replies and
+timeouts are waited out with capped exponential backoff (one WARNING when an outage starts, one
+INFO when it ends); only an error that reconnecting cannot cure (a key of the wrong type, a
+script error, an authentication failure) stops it, and then :meth:`Worker.run` raises
+:class:`~redis_work_queue.errors.WorkerFailedError`. It registers itself with a heartbeat in each
+queue (:func:`redis_work_queue.health.live_workers` lists them), runs the light clean of its
+queues at most once per ``clean_secs`` across the whole fleet, and can touch a health file for a
+liveness probe. SIGTERM or SIGINT stops leasing; what is running finishes; a second signal
+releases what is still held and exits at once.
+
+The logic is shared with :class:`~redis_work_queue.aioworker.AsyncWorker`: see
+:mod:`redis_work_queue.runner`.
 """
 
 from __future__ import annotations
@@ -13,23 +26,44 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue as queue_module
-import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, WorkerFailedError
 from .item import Item
 from .keyprefix import KeyPrefix
-from .protocol import run
+from .runner import (
+    CleanSecs,
+    Core,
+    Job,
+    Options,
+    WorkerStats,
+    backoff_delay,
+    check_options,
+    check_pool,
+    drive,
+)
 from .workqueue import WorkQueue, lease_from
+
+__all__ = [
+    "CHILD_ABORT",
+    "Handler",
+    "Worker",
+    "WorkerStats",
+    "backoff_delay",
+    "check_options",
+    "load_handler",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,62 +71,13 @@ Handler = Callable[[Item], Any]
 
 #: What a worker process's parent sends it for a second stop signal (the first is SIGTERM).
 CHILD_ABORT = signal.SIGUSR1
+#: How long the runner waits for its watchdog and housekeeping to end after the job loops.
+JOIN_SECS = 10.0
 
 
-@dataclass
-class WorkerStats:
-    """What a worker did.
-
-    Attributes:
-        completed: Items whose handler returned and that this worker completed.
-        failed: Items whose handler raised (released for a retry, or buried).
-        lost: Items whose handler returned but that someone else had completed, or whose lease
-            could not be renewed.
-    """
-
-    completed: int = 0
-    failed: int = 0
-    lost: int = 0
-
-    def add(self, other: WorkerStats) -> None:
-        """Add another worker's counts to these."""
-        self.completed += other.completed
-        self.failed += other.failed
-        self.lost += other.lost
-
-
-def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
-    """Exponential backoff: ``backoff`` doubled per delivery after the first, capped, +0-10%."""
-    delay = min(backoff * 2 ** max(deliveries - 1, 0), max_backoff)
-    return delay * (1 + random.random() / 10) if delay else 0.0
-
-
-def check_options(
-    queues: Sequence[object],
-    kind: type,
-    handler: object,
-    concurrency: int,
-    lease_secs: float,
-    poll_secs: float,
-    backoff: float,
-    max_backoff: float,
-) -> None:
-    """Validate the options every worker runner takes.
-
-    Raises:
-        InvalidArgumentError: One is out of range.
-    """
-    if not queues or not all(isinstance(q, kind) for q in queues):
-        raise InvalidArgumentError(f"a worker needs one or more {kind.__name__}")
-    if not callable(handler):
-        raise InvalidArgumentError("the handler must be callable")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise InvalidArgumentError(f"concurrency must be a positive int, got {concurrency!r}")
-    for name, value in (("lease_secs", lease_secs), ("poll_secs", poll_secs)):
-        if not isinstance(value, int | float) or not value > 0:
-            raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
-    if not isinstance(backoff, int | float) or backoff < 0 or max_backoff < backoff:
-        raise InvalidArgumentError("need 0 <= backoff <= max_backoff")
+def socket_timeout_for(poll_secs: float) -> float:
+    """The socket timeout of the runners' own clients: a hung server is noticed in it."""
+    return max(5.0, 2 * poll_secs + 2)
 
 
 def load_handler(spec: str) -> Handler:
@@ -116,62 +101,20 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
-class _Renewer(threading.Thread):
-    """Renews the leases a worker holds, every third of the lease time."""
-
-    def __init__(self, db: redis.Redis, lease_secs: float) -> None:
-        super().__init__(name="rwq-renewer", daemon=True)
-        self.db = db
-        self.lease_secs = lease_secs
-        self.held: dict[int, tuple[WorkQueue, Item]] = {}
-        self.lost: set[int] = set()
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-
-    def hold(self, key: int, queue: WorkQueue, item: Item) -> None:
-        with self.lock:
-            self.held[key] = (queue, item)
-            self.lost.discard(key)
-
-    def drop(self, key: int) -> bool:
-        """Stop renewing; True when the lease was lost while held."""
-        with self.lock:
-            self.held.pop(key, None)
-            lost = key in self.lost
-            self.lost.discard(key)
-            return lost
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.lease_secs / 3):
-            with self.lock:
-                held = list(self.held.items())
-            for key, (queue, item) in held:
-                try:
-                    if not queue.renew(self.db, item, self.lease_secs):
-                        logger.warning("lost the lease on %s of %s", item.id(), queue.name.prefix)
-                        with self.lock:
-                            self.lost.add(key)
-                            self.held.pop(key, None)
-                except redis.RedisError as err:
-                    logger.warning("could not renew %s: %s", item.id(), err)
-
-    def release_all(self, reason: str) -> None:
-        with self.lock:
-            held = list(self.held.values())
-            self.held.clear()
-        for queue, item in held:
-            try:
-                queue.release(self.db, item, reason=reason)
-                logger.info("released %s of %s", item.id(), queue.name.prefix)
-            except redis.RedisError as err:
-                logger.warning("could not release %s: %s", item.id(), err)
-
-
 class Worker:
     """Runs ``handler`` over items leased from ``queues`` (highest priority first).
 
+    While Redis is unavailable the worker waits and reconnects (capped exponential backoff,
+    one WARNING per outage). A complete or release whose reply was lost is retried once Redis
+    answers again: a retried complete that returns False means the first try had run, so the
+    item counts as completed, not lost; a release that cannot be written while the lease lasts
+    is left to the lease (logged).
+
     Args:
-        redis_url: Where the queues live; a URL, or (threads only) a ``Redis`` client.
+        redis_url: Where the queues live; a URL, or (threads only) a ``Redis`` client. From a
+            URL the worker makes its own client: a pool sized to the concurrency, a socket
+            timeout of ``max(5, 2 * poll_secs + 2)`` s (a hung server is noticed within it) and
+            no retries of its own (the worker retries).
         queues: The queues to work on, highest priority first.
         handler: Called with each leased item; a return completes it, an exception releases it
             for a retry. In process mode it must be importable (a module-level function).
@@ -182,9 +125,25 @@ class Worker:
             delivery (with up to 10% random jitter).
         max_backoff: The longest retry delay.
         poll_secs: How often an idle worker looks at the stop flag.
+        timeout: Give up a handler that runs longer than this many seconds: its lease is no
+            longer renewed and its item is released as a failure with reason ``timeout``
+            (counted in ``failed`` and ``timed_out``; ``max_deliveries`` applies as to any
+            failure). A thread cannot be killed: the timed-out thread is abandoned (its result,
+            if it ever returns, is discarded) and a new thread takes its slot. In process mode
+            the worker process is killed and replaced. None (the default): no timeout.
+        clean_secs: Run the light clean of the queues (recovering items whose lease expired)
+            at most once per this many seconds across every worker of the queues, gated in
+            Redis (``<P>:cleaned``). ``"auto"`` (the default) is the lease time, at least 1 s;
+            None disables it (then run ``rwq light-clean`` from cron).
+        heartbeat_secs: Register the worker in each queue (``<P>:workers``,
+            ``<P>:worker:<id>``) and beat this often; the registration lapses after three
+            missed beats. None disables it.
+        health_file: Touch this file at each heartbeat while the worker is healthy: not during
+            an outage, nor when every handler is stuck past its timeout. A liveness probe
+            checks its age.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
+        InvalidArgumentError: An argument is out of range (before anything starts).
     """
 
     def __init__(
@@ -199,183 +158,337 @@ class Worker:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         poll_secs: float = 1.0,
+        timeout: float | None = None,
+        clean_secs: CleanSecs = "auto",
+        heartbeat_secs: float | None = 5.0,
+        health_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        check_options(
-            queues, WorkQueue, handler, concurrency, lease_secs, poll_secs, backoff, max_backoff
+        self.options: Options = check_options(
+            queues,
+            WorkQueue,
+            handler,
+            concurrency,
+            lease_secs,
+            poll_secs,
+            backoff,
+            max_backoff,
+            timeout,
+            clean_secs,
+            heartbeat_secs,
+            health_file,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")
+        if not isinstance(redis_url, str | redis.Redis) and not hasattr(redis_url, "evalsha"):
+            raise InvalidArgumentError("redis_url must be a URL or a Redis client")
+        if not isinstance(redis_url, str):
+            check_pool(redis_url, concurrency)
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
-        self.lease_secs = float(lease_secs)
+        self.lease_secs = self.options.lease_secs
         self.concurrency = concurrency
         self.processes = processes
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        self.poll_secs = float(poll_secs)
+        self.backoff = self.options.backoff
+        self.max_backoff = self.options.max_backoff
+        self.poll_secs = self.options.poll_secs
+        self.timeout = self.options.timeout
+        self.worker_id = ""
         self._stop = threading.Event()
         self._abort = threading.Event()
         self._signals = 0
+        self._core: Core | None = None
+        self._listener: Callable[[str, Job], None] | None = None
 
     # Control ----------------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask the worker to stop: lease nothing more, finish what is running."""
         self._stop.set()
+        if self._core is not None:
+            self._core.stop_flag.set()
 
     def abort(self) -> None:
         """Stop at once: release what is held (the handlers still running are abandoned)."""
         self._stop.set()
         self._abort.set()
+        if self._core is not None:
+            self._core.stop_flag.set()
+            self._core.abort_flag.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
             logger.info("%s: finishing running jobs, leasing no more", signal.Signals(signum).name)
-            self._stop.set()
+            self.stop()
         else:
             logger.warning("%s again: releasing held items", signal.Signals(signum).name)
-            self._abort.set()
+            self.abort()
 
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
     ) -> WorkerStats:
         """Work until :meth:`stop` is called or a signal arrives; return the counts.
 
+        Redis being unavailable does not end it: the worker waits and reconnects.
+
         Args:
             signals: The signals that stop the worker (handled only when called from the main
                 thread); pass ``()`` to leave signal handling alone.
+
+        Raises:
+            WorkerFailedError: An error that reconnecting cannot cure stopped the worker (held
+                items were released); the original error is its ``__cause__``.
         """
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in signals:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
-            if self.processes:
-                return self._run_processes()
-            return self._run_threads()
+            core = self._run_processes() if self.processes else self._run_threads()
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-
-    # Threads ----------------------------------------------------------------------------------
-
-    def _connect(self) -> redis.Redis:
-        if isinstance(self.redis_url, str):
-            return redis.Redis.from_url(self.redis_url)
-        return self.redis_url
-
-    def _run_threads(self) -> WorkerStats:
-        db = self._connect()
-        renewer = _Renewer(db, self.lease_secs)
-        renewer.start()
-        totals = WorkerStats()
-        lock = threading.Lock()
-
-        def loop() -> None:
-            stats = self._loop(db, renewer)
-            with lock:
-                totals.add(stats)
-
-        threads = [
-            threading.Thread(target=loop, name=f"rwq-worker-{n}", daemon=True)
-            for n in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
-        try:
-            while any(t.is_alive() for t in threads):
-                if self._abort.wait(0.05):
-                    renewer.release_all("worker aborted")
-                    break
-        finally:
-            renewer.stopped.set()
+        totals = core.totals()
+        if isinstance(core.fatal, WorkerFailedError):  # reported by a worker process
+            raise core.fatal
+        if core.fatal is not None:
+            raise WorkerFailedError(
+                f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
+            ) from core.fatal
         logger.info("worker stopped: %s", totals)
         return totals
-
-    def _next(self, db: redis.Redis) -> tuple[WorkQueue, Item] | None:
-        """Lease from the highest-priority queue that has an item, waiting up to poll_secs."""
-        return lease_from(db, self.queues, self.lease_secs, timeout=self.poll_secs)
-
-    def _loop(self, db: redis.Redis, renewer: _Renewer) -> WorkerStats:
-        stats = WorkerStats()
-        key = threading.get_ident()
-        while not self._stop.is_set():
-            leased = self._next(db)
-            if leased is None:
-                continue
-            queue, item = leased
-            if self._stop.is_set():
-                # Leased as the stop came: give it back uncounted, at the front of the line.
-                run(db, queue.ops.release(item, 0, "worker stopping", undo=True))
-                break
-            renewer.hold(key, queue, item)
-            try:
-                self.handler(item)
-            except Exception as err:
-                lost = renewer.drop(key)
-                stats.failed += 1
-                if self._abort.is_set() or lost:
-                    continue
-                delay = self.retry_delay(item.deliveries)
-                reason = f"{type(err).__name__}: {err}"
-                logger.warning(
-                    "%s of %s failed (delivery %d), retry in %.1fs: %s",
-                    item.id(),
-                    queue.name.prefix,
-                    item.deliveries,
-                    delay,
-                    reason,
-                )
-                queue.release(db, item, delay=delay, reason=reason)
-                continue
-            lost = renewer.drop(key)
-            if self._abort.is_set():
-                break
-            if queue.complete(db, item) and not lost:
-                stats.completed += 1
-                logger.debug("completed %s of %s", item.id(), queue.name.prefix)
-            else:
-                stats.lost += 1
-                logger.warning("%s of %s was completed elsewhere", item.id(), queue.name.prefix)
-        return stats
 
     def retry_delay(self, deliveries: int) -> float:
         """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
         return backoff_delay(self.backoff, self.max_backoff, deliveries)
 
+    def _new_core(self, renews: bool, describe: str) -> Core:
+        core = Core(self.options, self.queues, lease_from, renews=renews, describe=describe)
+        core.listener = self._listener
+        self.worker_id = core.worker_id
+        if self._stop.is_set():
+            core.stop_flag.set()
+        if self._abort.is_set():
+            core.abort_flag.set()
+        self._core = core
+        return core
+
+    def _connect(self) -> redis.Redis:
+        if isinstance(self.redis_url, str):
+            return redis.Redis.from_url(
+                self.redis_url,
+                max_connections=self.concurrency + 4,
+                socket_timeout=socket_timeout_for(self.poll_secs),
+                socket_connect_timeout=5,
+                retry=Retry(NoBackoff(), 0),
+            )
+        return self.redis_url
+
+    def _side_threads(
+        self, core: Core, db: redis.Redis, replace: Callable[[Job], None]
+    ) -> list[threading.Thread]:
+        side = [
+            threading.Thread(
+                target=drive,
+                args=(core, core.watchdog(), db, self.handler, replace),
+                name="rwq-watchdog",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=drive,
+                args=(core, core.housekeeping(), db, self.handler, replace),
+                name="rwq-housekeeping",
+                daemon=True,
+            ),
+        ]
+        for thread in side:
+            thread.start()
+        return side
+
+    @staticmethod
+    def _end(core: Core, side: list[threading.Thread]) -> None:
+        core.finished.set()
+        deadline = time.monotonic() + JOIN_SECS
+        for thread in side:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.01))
+
+    # Threads ----------------------------------------------------------------------------------
+
+    def _run_threads(self) -> Core:
+        db = self._connect()
+        core = self._new_core(True, " (its thread is abandoned; a new thread takes its slot)")
+        slots: dict[int, threading.Thread] = {}
+        lock = threading.Lock()
+
+        def start(slot: int) -> None:
+            thread = threading.Thread(
+                target=drive,
+                args=(core, core.job_loop(slot), db, self.handler, replace),
+                name=f"rwq-worker-{slot}",
+                daemon=True,
+            )
+            with lock:
+                slots[slot] = thread
+            thread.start()
+
+        def replace(job: Job) -> None:
+            if not core.stop_flag.is_set():
+                start(job.slot)
+
+        for slot in range(self.concurrency):
+            start(slot)
+        side = self._side_threads(core, db, replace)
+        try:
+            while True:
+                with lock:
+                    current = list(slots.values())
+                if not any(t.is_alive() for t in current):
+                    break
+                if core.abort_flag.wait(0.05):
+                    drive(core, core.release_all("worker aborted"), db, self.handler, replace)
+                    break
+        finally:
+            self._end(core, side)
+        return core
+
     # Processes --------------------------------------------------------------------------------
 
-    def _run_processes(self) -> WorkerStats:
+    def _run_processes(self) -> Core:
+        db = self._connect()
+        core = self._new_core(False, " (its process is killed and replaced)")
         ctx = multiprocessing.get_context("spawn")
-        results = ctx.Queue()
-        children = [
-            ctx.Process(target=_child, args=(self._child_config(), results), name=f"rwq-{n}")
-            for n in range(self.concurrency)
-        ]
-        for child in children:
+        pipes: dict[Any, int] = {}  # the read end of each child's pipe -> its slot
+        children: dict[int, Any] = {}
+        child_stats: dict[int, WorkerStats] = {}
+        replaced: set[int] = set()
+        lock = threading.Lock()
+
+        def start(slot: int) -> None:
+            # One pipe per child, no shared queue: a child killed mid-message spoils only its own.
+            reader, writer = ctx.Pipe(duplex=False)
+            child = ctx.Process(
+                target=_child, args=(self._child_config(), slot, writer), name=f"rwq-{slot}"
+            )
             child.start()
+            writer.close()
+            with lock:
+                children[slot] = child
+                pipes[reader] = slot
+
+        def replace(job: Job) -> None:
+            with lock:
+                child = children.get(job.slot)
+            if child is not None and child.pid is not None:
+                replaced.add(child.pid)
+                child.kill()
+                child.join(timeout=5)
+            core.held.settled(job)
+            if not core.stop_flag.is_set():
+                start(job.slot)
+
+        def extra() -> WorkerStats:
+            total = WorkerStats()
+            with lock:
+                for stats in child_stats.values():
+                    total.add(stats)
+            return total
+
+        core.extra_stats = extra
+
+        def on_event(message: tuple[Any, ...]) -> None:
+            kind, slot, pid = message[:3]
+            with lock:
+                child = children.get(slot)
+            current = child is not None and child.pid == pid
+            if kind == "stats":
+                with lock:
+                    child_stats[pid] = WorkerStats(*message[3:])
+            elif kind == "start" and current:
+                index, item_id, token, deliveries = message[3:]
+                item = Item.handed_out(item_id, b"", deliveries, token)
+                now = time.monotonic()
+                limit = self.options.timeout
+                deadline = None if limit is None else now + limit
+                core.held.hold(Job(slot, self.queues[index], item, now, deadline, now))
+            elif kind == "end" and current:
+                job = core.held.current(slot)
+                if job is not None:
+                    core.held.finish(job)
+                    core.held.drop(job)
+            elif kind == "fatal":
+                core.fail(WorkerFailedError(message[3]))
+
+        def read_events() -> None:
+            while not core.finished.is_set() or pipes:
+                with lock:
+                    readers = list(pipes)
+                if not readers:
+                    time.sleep(0.05)
+                    continue
+                for ready in multiprocessing.connection.wait(readers, timeout=0.1):
+                    conn: Any = ready
+                    try:
+                        on_event(conn.recv())
+                    except (EOFError, OSError) as err:  # the child ended (or was killed)
+                        if not isinstance(err, EOFError):
+                            logger.warning("lost a message from a worker process: %s", err)
+                        with lock:
+                            pipes.pop(conn, None)
+                        conn.close()
+
+        for slot in range(self.concurrency):
+            start(slot)
+        reader = threading.Thread(target=read_events, name="rwq-events", daemon=True)
+        reader.start()
+        side = self._side_threads(core, db, replace)
         forwarded = 0
-        totals = WorkerStats()
-        while any(c.is_alive() for c in children):
-            wanted = 2 if self._abort.is_set() else 1 if self._stop.is_set() else 0
-            while forwarded < wanted:
-                forwarded += 1
-                # Two different signals: two SIGTERMs sent at once may arrive as one.
-                sig = signal.SIGTERM if forwarded == 1 else CHILD_ABORT
-                for child in children:
-                    if child.pid is not None and child.is_alive():
-                        os.kill(child.pid, sig)
-            for child in children:
-                child.join(timeout=0.05)
-        for _ in children:
-            try:
-                totals.add(results.get(timeout=1))
-            except queue_module.Empty:
-                logger.warning("a worker process ended without reporting its counts")
-        logger.info("worker stopped: %s", totals)
-        return totals
+        try:
+            while True:
+                with lock:
+                    current = dict(children)
+                if not any(c.is_alive() for c in current.values()):
+                    break
+                wanted = 2 if core.abort_flag.is_set() else 1 if core.stop_flag.is_set() else 0
+                while forwarded < wanted:
+                    forwarded += 1
+                    # Two different signals: two SIGTERMs sent at once may arrive as one.
+                    sig = signal.SIGTERM if forwarded == 1 else CHILD_ABORT
+                    for child in current.values():
+                        if child.pid is not None and child.is_alive():
+                            os.kill(child.pid, sig)
+                for slot, child in current.items():
+                    child.join(timeout=0.05)
+                    if child.is_alive() or core.stop_flag.is_set() or child.pid in replaced:
+                        continue
+                    with lock:
+                        still = children.get(slot) is child
+                    if still and child.exitcode == 1:
+                        # It stopped on a fatal error: its message is on its way.
+                        time.sleep(0.5)
+                        if core.fatal is None:
+                            core.fail(WorkerFailedError("a worker process failed (exit code 1)"))
+                        continue
+                    if still:
+                        logger.warning(
+                            "worker process %s ended unexpectedly (exit code %s): starting another",
+                            child.pid,
+                            child.exitcode,
+                        )
+                        replaced.add(child.pid)
+                        job = core.held.current(slot)
+                        if job is not None:  # its lease expires; a light clean requeues it
+                            core.held.lose(job)
+                        start(slot)
+            # Let the last messages (final counts) arrive.
+            deadline = time.monotonic() + 2
+            with lock:
+                pids = {c.pid for c in children.values()}
+            while time.monotonic() < deadline and not pids <= set(child_stats):
+                time.sleep(0.02)
+        finally:
+            self._end(core, [*side, reader])
+        return core
 
     def _child_config(self) -> dict[str, Any]:
         return {
@@ -390,18 +503,43 @@ class Worker:
         }
 
 
-def _child(config: dict[str, Any], results: Any) -> None:
+def _child(config: dict[str, Any], slot: int, events: Any) -> None:  # events: a Connection
     """Entry point of a worker process: one thread of work, driven by its parent's signals.
 
-    SIGTERM stops it and CHILD_ABORT aborts it. SIGINT is ignored: a Ctrl-C reaches the whole
-    process group, and the parent forwards it.
+    It reports to its parent each item it starts (the parent times it out) and ends, and its
+    counts. SIGTERM stops it and CHILD_ABORT aborts it. SIGINT is ignored: a Ctrl-C reaches the
+    whole process group, and the parent forwards it. Heartbeats, cleans and timeouts are the
+    parent's.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         level=config.pop("log_level"),
         format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
     )
+    pid = os.getpid()
     queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.pop("queues")]
-    worker = Worker(queues=queues, **config)
+    worker = Worker(queues=queues, clean_secs=None, heartbeat_secs=None, **config)
+
+    def report(event: str, job: Job) -> None:
+        if event == "start":
+            item = job.item
+            index = next(i for i, q in enumerate(queues) if q is job.queue)
+            events.send(("start", slot, pid, index, item.id(), item.lease_token, item.deliveries))
+        else:
+            events.send(("end", slot, pid))
+            if worker._core is not None:
+                stats = worker._core.totals()
+                events.send(("stats", slot, pid, *vars(stats).values()))
+
+    worker._listener = report
     signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())
-    results.put(worker.run(signals=(signal.SIGTERM,)))
+    try:
+        stats = worker.run(signals=(signal.SIGTERM,))
+    except WorkerFailedError as err:
+        events.send(("fatal", slot, pid, str(err)))
+        if worker._core is not None:
+            events.send(("stats", slot, pid, *vars(worker._core.totals()).values()))
+        events.close()
+        raise SystemExit(1) from err
+    events.send(("stats", slot, pid, *vars(stats).values()))
+    events.close()

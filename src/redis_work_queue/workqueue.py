@@ -25,6 +25,7 @@ from .ops import (
     QueuedItem,
     QueueOps,
     QueueStats,
+    Released,
     check_item,
     lease_steps,
     max_block,
@@ -279,6 +280,35 @@ class WorkQueue(QueueBase):
                 negative.
         """
         return run(db, self.ops.release(item, delay, reason))
+
+    def release_outcome(
+        self,
+        db: Redis,
+        item: Item,
+        delay: float = 0,
+        reason: str | None = None,
+        undo: bool = False,
+    ) -> Released:
+        """Give a leased item back as :meth:`release` does, and say where it went.
+
+        Args:
+            db: The Redis client.
+            item: The item, as returned by ``lease``.
+            delay: Seconds before the item may be leased again.
+            reason: Why the try failed; kept with the item (and with its dead letter).
+            undo: Do not count the delivery: the item goes back to the leasing end of the
+                queue as if it had never been handed out (a worker stopping before the job).
+
+        Returns:
+            ``Released.REQUEUED`` (back in the queue or delayed for a retry),
+            ``Released.BURIED`` (that was its last allowed delivery: it went to the dead
+            letters), or ``Released.NOT_HELD`` (the caller no longer held the lease; nothing
+            changed).
+
+        Raises:
+            InvalidArgumentError: As for :meth:`release`.
+        """
+        return run(db, self.ops.release_outcome(item, delay, reason, undo))
 
     @contextmanager
     def leased(
