@@ -1,0 +1,215 @@
+"""``rwq dashboard`` in a real headless Chromium: the page, its refresh, actions, auth, outages.
+
+Each test saves a screenshot under ``test-output/screenshots/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from dashboard_support import new_driver, quit_driver, running_dashboard, screenshot, wait_for
+from redis_work_queue import Item, KeyPrefix, WorkQueue
+from servers import Proc, start_server
+
+pytest.importorskip("starlette", reason="needs the dashboard extra")
+pytest.importorskip("selenium", reason="needs selenium (the test extra)")
+
+pytestmark = pytest.mark.browser
+
+WAIT = 20.0
+COUNTS = ("queued", "leased", "expired", "delayed", "dead")
+
+
+@pytest.fixture
+def driver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    chromium = new_driver()
+    try:
+        yield chromium
+    finally:
+        try:
+            screenshot(chromium, request.node.name)
+        finally:
+            quit_driver(chromium)
+
+
+def by_css(driver: Any, selector: str) -> Any:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def all_css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def shown_counts(driver: Any, name: str) -> dict[str, int] | None:
+    """The counts the page shows for queue ``name`` (None until its row is drawn)."""
+    rows = [r for r in all_css(driver, "#queues tbody tr") if r.get_attribute("data-queue") == name]
+    if not rows:
+        return None
+    cells = rows[0].find_elements("css selector", "td[data-count]")
+    return {c.get_attribute("data-count"): int(c.text) for c in cells}
+
+
+def make_dead(db: redis.Redis, queue: WorkQueue, item_id: str, reason: str) -> None:
+    queue.add_item(db, Item(b"payload of " + item_id.encode(), id=item_id))
+    leased = queue.lease(db, 30, block=False)
+    assert leased is not None and leased.id() == item_id
+    queue.release(db, leased, reason=reason)
+    assert any(d.id == item_id for d in queue.dead_letters(db))
+
+
+def test_page_loads_and_counts_match_stats(
+    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    jobs = WorkQueue(KeyPrefix("jobs:mail"), max_deliveries=1)
+    other = WorkQueue(KeyPrefix("jobs:sms"))
+    make_dead(real_db, jobs, "broken", "ValueError: no\nTraceback (most recent call last):\n  x")
+    for n in range(5):
+        jobs.add_item(real_db, Item(f"mail {n}".encode()))
+    jobs.lease(real_db, 60, block=False)
+    jobs.add_item(real_db, Item(b"later"), delay=600)
+    other.add_item(real_db, Item(b"<b>not bold</b>"))
+    WorkQueue(KeyPrefix("elsewhere")).add_item(real_db, Item(b"hidden"))
+
+    with running_dashboard(redis_url, "--match", "jobs:*", workdir=tmp_path) as dash:
+        driver.get(dash.url)
+        assert driver.title == "rwq dashboard"
+        for queue in (jobs, other):
+            expected = {k: getattr(queue.stats(real_db), k) for k in COUNTS}
+            wait_for(
+                lambda q=queue, e=expected: shown_counts(driver, q.name.prefix) == e,
+                WAIT,
+                f"the counts of {queue.name.prefix}",
+            )
+        assert shown_counts(driver, "elsewhere") is None
+        assert by_css(driver, "#mode").text == "read-only"
+        # Read-only: no action controls at all.
+        assert all_css(driver, "#queue-actions, #dead-actions, button.requeue-one") == []
+        # The first queue's details: the dead letter with its reason and traceback.
+        wait_for(lambda: by_css(driver, "#dead tbody tr[data-id='broken']"), WAIT, "dead row")
+        row = by_css(driver, "#dead tbody tr[data-id='broken']")
+        assert "ValueError: no" in row.text
+        assert (
+            by_css(driver, "#dead details pre").get_attribute("textContent").startswith("Traceback")
+        )
+        # Item data is shown as text, never as markup.
+        all_css(driver, "#queues tbody tr")[1].click()
+        wait_for(lambda: "<b>not bold</b>" in by_css(driver, "#waiting").text, WAIT, "preview")
+        assert all_css(driver, "#waiting b") == []
+        wait_for(lambda: len(all_css(driver, "#chart polyline")) == 3, WAIT, "the chart")
+        assert "Error" not in by_css(driver, "#banner").get_attribute("textContent")
+
+
+def test_counts_refresh_without_reload(
+    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("live"))
+    queue.add_item(real_db, Item(b"first"))
+    with running_dashboard(redis_url, "live", workdir=tmp_path) as dash:
+        driver.get(dash.url)
+        wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 1, WAIT, "1")
+        driver.execute_script("window.sameDocument = 'yes';")
+        for n in range(7):
+            queue.add_item(real_db, Item(f"more {n}".encode()))
+        assert queue.stats(real_db).queued == 8
+        wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 8, WAIT, "8")
+        assert driver.execute_script("return window.sameDocument") == "yes"
+        wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 8, WAIT, "8 rows")
+
+
+def test_dead_letter_requeued_from_the_page(
+    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("work"), max_deliveries=1)
+    make_dead(real_db, queue, "d1", "RuntimeError: once")
+    make_dead(real_db, queue, "d2", "RuntimeError: twice")
+    with running_dashboard(redis_url, "work", "--allow-actions", workdir=tmp_path) as dash:
+        driver.get(dash.url)
+        assert by_css(driver, "#mode").text == "actions enabled"
+        wait_for(lambda: by_css(driver, "#dead tr[data-id='d1'] button.requeue-one"), WAIT, "row")
+        by_css(driver, "#dead tr[data-id='d1'] button.requeue-one").click()
+        wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
+        assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
+        assert [q.id for q in queue.peek(real_db)] == ["d1"]
+        wait_for(lambda: "requeued 1 dead letters" in by_css(driver, "#notice").text, WAIT, "msg")
+        wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
+        # Selected: tick d2 and purge it.
+        by_css(driver, "#dead tr[data-id='d2'] input.pick").click()
+        by_css(driver, "#purge-selected").click()
+        wait_for(lambda: queue.stats(real_db).dead == 0, WAIT, "the purge")
+        assert queue.stats(real_db).queued == 1
+
+
+def test_flush_needs_the_typed_queue_name(
+    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("doomed"))
+    keep = WorkQueue(KeyPrefix("doomed2"))
+    queue.add_item(real_db, Item(b"x"))
+    keep.add_item(real_db, Item(b"y"))
+    with running_dashboard(
+        redis_url, "doomed", "doomed2", "--allow-actions", workdir=tmp_path
+    ) as dash:
+        driver.get(dash.url)
+        wait_for(lambda: by_css(driver, "#detail-name").text == "doomed", WAIT, "detail")
+        button = by_css(driver, "#flush")
+        assert not button.is_enabled()
+        by_css(driver, "#flush-confirm").send_keys("doomed2")
+        assert not button.is_enabled()
+        by_css(driver, "#flush-confirm").clear()
+        by_css(driver, "#flush-confirm").send_keys("doomed")
+        wait_for(button.is_enabled, WAIT, "the flush button")
+        button.click()
+        wait_for(lambda: queue.stats(real_db).queued == 0, WAIT, "the flush")
+        wait_for(lambda: "deleted" in by_css(driver, "#notice").text, WAIT, "the message")
+        assert keep.stats(real_db).queued == 1
+
+
+def test_basic_auth_refuses_a_wrong_password(
+    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    WorkQueue(KeyPrefix("guarded")).add_item(real_db, Item(b"z"))
+    with running_dashboard(
+        redis_url, "guarded", "--auth", "admin:s3cret-pw", workdir=tmp_path
+    ) as dash:
+        base = dash.url.removeprefix("http://")
+        driver.get(f"http://admin:wrong@{base}")
+        assert "authentication required" in by_css(driver, "body").text
+        assert all_css(driver, "#queues") == []
+        driver.get(f"http://admin:s3cret-pw@{base}")
+        wait_for(lambda: (shown_counts(driver, "guarded") or {}).get("queued") == 1, WAIT, "1")
+        assert "s3cret-pw" not in dash.output()
+        assert "basic auth on" in dash.output()
+
+
+def test_outage_shows_a_banner_and_recovers(
+    driver: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    server: Proc = start_server(tmp_path_factory.mktemp("dashboard-outage"))
+    try:
+        db = server.client()
+        queue = WorkQueue(KeyPrefix("flaky"))
+        queue.add_item(db, Item(b"1"))
+        with running_dashboard(server.url, "flaky", workdir=tmp_path) as dash:
+            driver.get(dash.url)
+            wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+            server.kill()
+            wait_for(lambda: by_css(driver, "#banner").is_displayed(), WAIT, "the banner")
+            assert "unreachable" in by_css(driver, "#banner").text
+            screenshot(driver, "test_outage_banner_shown")
+            assert dash.process.poll() is None
+            server.launch()  # same port, empty (no persistence)
+            queue.add_item(server.client(), Item(b"after"))
+            wait_for(lambda: not by_css(driver, "#banner").is_displayed(), WAIT, "recovery")
+            wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+            assert dash.output().count("Redis unreachable") == 1
+    finally:
+        server.stop()
