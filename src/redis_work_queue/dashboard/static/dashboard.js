@@ -8,6 +8,9 @@
   const refreshMs = Number(meta("refresh-ms")) || 2000;
   const actions = meta("allow-actions") === "yes";
   const $ = (id) => document.getElementById(id);
+  // Absolute URLs without any user:password the page was opened with (fetch refuses those).
+  const base = location.origin + location.pathname.replace(/[^/]*$/, "");
+  const api = (path) => base + path;
   let selected = null;
 
   function el(tag, text, cls) {
@@ -230,7 +233,7 @@
     if (!selected) return;
     const body = Object.assign({ queue: selected, action: action }, extra || {});
     try {
-      const response = await fetch("api/action", {
+      const response = await fetch(api("api/action"), {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
@@ -279,12 +282,12 @@
     if (busy) return;
     busy = true;
     try {
-      const body = await getJSON("api/overview");
+      const body = await getJSON(api("api/overview"));
       drawQueues(body);
       if (selected !== null) {
         const kept = picked();
         try {
-          drawDetail(await getJSON(`api/queue?name=${encodeURIComponent(selected)}`));
+          drawDetail(await getJSON(api(`api/queue?name=${encodeURIComponent(selected)}`)));
           for (const box of document.querySelectorAll("#dead input.pick")) {
             box.checked = kept.includes(box.value);
           }
