@@ -124,6 +124,9 @@ def test_discovery_is_bounded(
     names, truncated = _run_discover(redis_url, ["many:*"])
     assert truncated is True
     assert len(names) == 5
+    with client_for(redis_url, match=("many:*",)) as client:
+        body = client.get("/api/overview").json()
+    assert body["truncated"] is True and len(body["queues"]) == 5
     monkeypatch.setattr(dash_data, "MAX_QUEUES", 100)
     monkeypatch.setattr(dash_data, "SCAN_COUNT", 1)
     monkeypatch.setattr(dash_data, "SCAN_STEPS", 3)
@@ -205,6 +208,12 @@ def test_uuid7_age_only_for_uuid7_ids() -> None:
     assert abs(made - time.time()) < 5
     assert dash_data.uuid7_time("custom-id") is None
     assert dash_data.uuid7_time("0" * 32) is None
+
+
+def test_documented_bounds() -> None:
+    assert dash_data.Samples().keep == 300
+    assert (dash_data.SCAN_STEPS, dash_data.SCAN_COUNT, dash_data.MAX_QUEUES) == (200, 1000, 200)
+    assert dash_data.PREVIEW_BYTES == 256
 
 
 def test_samples_give_rates_over_a_window() -> None:
@@ -409,6 +418,29 @@ def test_command_refuses_a_malformed_auth(
     assert code == 2
     err = capsys.readouterr().err
     assert "USER:PASSWORD" in err and "no-colon-secret" not in err
+
+
+def test_command_takes_auth_from_the_environment_and_shows_every_queue_by_default(
+    real_db: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    import httpx  # noqa: PLC0415
+
+    from dashboard_support import start_dashboard  # noqa: PLC0415
+
+    WorkQueue(KeyPrefix("any:name")).add_item(real_db, Item(b"x"))
+    dashboard = start_dashboard(
+        redis_url, workdir=tmp_path, env={"RWQ_DASHBOARD_AUTH": "ops:env-secret"}
+    )
+    try:
+        assert httpx.get(dashboard.url + "api/overview", timeout=10).status_code == 401
+        wrong = httpx.get(dashboard.url + "api/overview", auth=("ops", "nope"), timeout=10)
+        assert wrong.status_code == 401
+        body = httpx.get(dashboard.url + "api/overview", auth=("ops", "env-secret"), timeout=10)
+        assert [q["name"] for q in body.json()["queues"]] == ["any:name"]
+    finally:
+        dashboard.stop()
+    assert "env-secret" not in dashboard.output()
+    assert "http://127.0.0.1:" in dashboard.output() and "read-only" in dashboard.output()
 
 
 def test_command_binds_loopback_by_default() -> None:
