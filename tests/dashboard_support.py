@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,15 +109,6 @@ def start_dashboard(
         dashboard.stop()
         raise
     return dashboard
-
-
-@contextlib.contextmanager
-def running_dashboard(redis_url: str, *args: str, workdir: Path) -> Iterator[Dashboard]:
-    dashboard = start_dashboard(redis_url, *args, workdir=workdir)
-    try:
-        yield dashboard
-    finally:
-        dashboard.stop()
 
 
 def chromium_missing() -> str | None:

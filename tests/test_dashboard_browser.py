@@ -5,14 +5,21 @@ Each test saves a screenshot under ``test-output/screenshots/``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from dashboard_support import new_driver, quit_driver, running_dashboard, screenshot, wait_for
+from dashboard_support import (
+    Dashboard,
+    new_driver,
+    quit_driver,
+    screenshot,
+    start_dashboard,
+    wait_for,
+)
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 from servers import Proc, start_server
 
@@ -26,7 +33,24 @@ COUNTS = ("queued", "leased", "expired", "delayed", "dead")
 
 
 @pytest.fixture
-def driver(request: pytest.FixtureRequest) -> Iterator[Any]:
+def dashboards(tmp_path: Path) -> Iterator[Callable[..., Dashboard]]:
+    """Start ``rwq dashboard`` processes; stopped after the browser's final screenshot."""
+    started: list[Dashboard] = []
+
+    def start(redis_url: str, *args: str) -> Dashboard:
+        dashboard = start_dashboard(redis_url, *args, workdir=tmp_path)
+        started.append(dashboard)
+        return dashboard
+
+    try:
+        yield start
+    finally:
+        for dashboard in started:
+            dashboard.stop()
+
+
+@pytest.fixture
+def driver(request: pytest.FixtureRequest, dashboards: Callable[..., Dashboard]) -> Iterator[Any]:
     chromium = new_driver()
     try:
         yield chromium
@@ -50,12 +74,43 @@ def all_css(driver: Any, selector: str) -> list[Any]:
 
 
 def shown_counts(driver: Any, name: str) -> dict[str, int] | None:
-    """The counts the page shows for queue ``name`` (None until its row is drawn)."""
-    rows = [r for r in all_css(driver, "#queues tbody tr") if r.get_attribute("data-queue") == name]
-    if not rows:
-        return None
-    cells = rows[0].find_elements("css selector", "td[data-count]")
-    return {c.get_attribute("data-count"): int(c.text) for c in cells}
+    """The counts the page shows for queue ``name`` (None until its row is drawn).
+
+    Read in one script run: the page redraws its rows on every refresh.
+    """
+    found: dict[str, int] | None = driver.execute_script(
+        """
+        const row = Array.from(document.querySelectorAll("#queues tbody tr"))
+          .find((r) => r.dataset.queue === arguments[0]);
+        if (!row) return null;
+        const counts = {};
+        for (const cell of row.querySelectorAll("td[data-count]")) {
+          counts[cell.dataset.count] = Number(cell.textContent);
+        }
+        return counts;
+        """,
+        name,
+    )
+    return found
+
+
+def text_of(driver: Any, selector: str) -> str | None:
+    """The visible text of the first element matching ``selector`` (one script run)."""
+    found: str | None = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+        selector,
+    )
+    return found
+
+
+def click(driver: Any, selector: str) -> None:
+    """A real click on ``selector``, tried again when a redraw replaced the element."""
+
+    def clicked() -> bool:
+        by_css(driver, selector).click()
+        return True
+
+    wait_for(clicked, WAIT, f"a click on {selector}")
 
 
 def make_dead(db: redis.Redis, queue: WorkQueue, item_id: str, reason: str) -> None:
@@ -67,7 +122,7 @@ def make_dead(db: redis.Redis, queue: WorkQueue, item_id: str, reason: str) -> N
 
 
 def test_page_loads_and_counts_match_stats(
-    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
 ) -> None:
     jobs = WorkQueue(KeyPrefix("jobs:mail"), max_deliveries=1)
     other = WorkQueue(KeyPrefix("jobs:sms"))
@@ -79,138 +134,145 @@ def test_page_loads_and_counts_match_stats(
     other.add_item(real_db, Item(b"<b>not bold</b>"))
     WorkQueue(KeyPrefix("elsewhere")).add_item(real_db, Item(b"hidden"))
 
-    with running_dashboard(redis_url, "--match", "jobs:*", workdir=tmp_path) as dash:
-        driver.get(dash.url)
-        assert driver.title == "rwq dashboard"
-        for queue in (jobs, other):
-            expected = {k: getattr(queue.stats(real_db), k) for k in COUNTS}
-            wait_for(
-                lambda q=queue, e=expected: shown_counts(driver, q.name.prefix) == e,
-                WAIT,
-                f"the counts of {queue.name.prefix}",
-            )
-        assert shown_counts(driver, "elsewhere") is None
-        assert by_css(driver, "#mode").text == "read-only"
-        # Read-only: no action controls at all.
-        assert all_css(driver, "#queue-actions, #dead-actions, button.requeue-one") == []
-        # The first queue's details: the dead letter with its reason and traceback.
-        wait_for(lambda: by_css(driver, "#dead tbody tr[data-id='broken']"), WAIT, "dead row")
-        row = by_css(driver, "#dead tbody tr[data-id='broken']")
-        assert "ValueError: no" in row.text
-        assert (
-            by_css(driver, "#dead details pre").get_attribute("textContent").startswith("Traceback")
+    dash = dashboards(redis_url, "--match", "jobs:*")
+    driver.get(dash.url)
+    assert driver.title == "rwq dashboard"
+    for queue in (jobs, other):
+        expected = {k: getattr(queue.stats(real_db), k) for k in COUNTS}
+        wait_for(
+            lambda q=queue, e=expected: shown_counts(driver, q.name.prefix) == e,
+            WAIT,
+            f"the counts of {queue.name.prefix}",
         )
-        # Item data is shown as text, never as markup.
-        all_css(driver, "#queues tbody tr")[1].click()
-        wait_for(lambda: "<b>not bold</b>" in by_css(driver, "#waiting").text, WAIT, "preview")
-        assert all_css(driver, "#waiting b") == []
-        wait_for(lambda: len(all_css(driver, "#chart polyline")) == 3, WAIT, "the chart")
-        assert "Error" not in by_css(driver, "#banner").get_attribute("textContent")
+    assert shown_counts(driver, "elsewhere") is None
+    assert by_css(driver, "#mode").text == "read-only"
+    # Read-only: no action controls at all.
+    assert all_css(driver, "#queue-actions, #dead-actions, button.requeue-one") == []
+    # The first queue's details: the dead letter with its reason and traceback.
+    wait_for(lambda: by_css(driver, "#dead tbody tr[data-id='broken']"), WAIT, "dead row")
+    row = by_css(driver, "#dead tbody tr[data-id='broken']")
+    assert "ValueError: no" in row.text
+    assert by_css(driver, "#dead details pre").get_attribute("textContent").startswith("Traceback")
+    # Item data is shown as text, never as markup.
+    all_css(driver, "#queues tbody tr")[1].click()
+    wait_for(lambda: "<b>not bold</b>" in by_css(driver, "#waiting").text, WAIT, "preview")
+    assert all_css(driver, "#waiting b") == []
+    wait_for(lambda: len(all_css(driver, "#chart polyline")) == 3, WAIT, "the chart")
+    assert "Error" not in by_css(driver, "#banner").get_attribute("textContent")
 
 
 def test_counts_refresh_without_reload(
-    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
 ) -> None:
     queue = WorkQueue(KeyPrefix("live"))
     queue.add_item(real_db, Item(b"first"))
-    with running_dashboard(redis_url, "live", workdir=tmp_path) as dash:
-        driver.get(dash.url)
-        wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 1, WAIT, "1")
-        driver.execute_script("window.sameDocument = 'yes';")
-        for n in range(7):
-            queue.add_item(real_db, Item(f"more {n}".encode()))
-        assert queue.stats(real_db).queued == 8
-        wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 8, WAIT, "8")
-        assert driver.execute_script("return window.sameDocument") == "yes"
-        wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 8, WAIT, "8 rows")
+    dash = dashboards(redis_url, "live")
+    driver.get(dash.url)
+    wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 1, WAIT, "1")
+    driver.execute_script("window.sameDocument = 'yes';")
+    for n in range(7):
+        queue.add_item(real_db, Item(f"more {n}".encode()))
+    assert queue.stats(real_db).queued == 8
+    wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 8, WAIT, "8")
+    assert driver.execute_script("return window.sameDocument") == "yes"
+    wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 8, WAIT, "8 rows")
 
 
 def test_dead_letter_requeued_from_the_page(
-    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
 ) -> None:
     queue = WorkQueue(KeyPrefix("work"), max_deliveries=1)
     make_dead(real_db, queue, "d1", "RuntimeError: once")
     make_dead(real_db, queue, "d2", "RuntimeError: twice")
-    with running_dashboard(redis_url, "work", "--allow-actions", workdir=tmp_path) as dash:
-        driver.get(dash.url)
-        assert by_css(driver, "#mode").text == "actions enabled"
-        wait_for(lambda: by_css(driver, "#dead tr[data-id='d1'] button.requeue-one"), WAIT, "row")
-        by_css(driver, "#dead tr[data-id='d1'] button.requeue-one").click()
-        wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
-        assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
-        assert [q.id for q in queue.peek(real_db)] == ["d1"]
-        wait_for(lambda: "requeued 1 dead letters" in by_css(driver, "#notice").text, WAIT, "msg")
-        wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
-        # Selected: tick d2 and purge it.
-        by_css(driver, "#dead tr[data-id='d2'] input.pick").click()
-        by_css(driver, "#purge-selected").click()
-        wait_for(lambda: queue.stats(real_db).dead == 0, WAIT, "the purge")
-        assert queue.stats(real_db).queued == 1
+    dash = dashboards(redis_url, "work", "--allow-actions")
+    driver.get(dash.url)
+    assert by_css(driver, "#mode").text == "actions enabled"
+    click(driver, "#dead tr[data-id='d1'] button.requeue-one")
+    wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
+    assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
+    assert [q.id for q in queue.peek(real_db)] == ["d1"]
+    wait_for(lambda: "requeued 1 dead letters" in (text_of(driver, "#notice") or ""), WAIT, "m")
+    wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
+    # Selected: tick d2 and purge it.
+    wait_for(lambda: text_of(driver, "#dead tr[data-id='d1']") is None, WAIT, "d1 gone")
+    click(driver, "#dead tr[data-id='d2'] input.pick")
+    wait_for(
+        lambda: driver.execute_script(
+            "return document.querySelector(\"#dead tr[data-id='d2'] input.pick\").checked"
+        ),
+        WAIT,
+        "d2 ticked",
+    )
+    click(driver, "#purge-selected")
+    wait_for(lambda: queue.stats(real_db).dead == 0, WAIT, "the purge")
+    assert queue.stats(real_db).queued == 1
 
 
 def test_flush_needs_the_typed_queue_name(
-    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
 ) -> None:
     queue = WorkQueue(KeyPrefix("doomed"))
     keep = WorkQueue(KeyPrefix("doomed2"))
     queue.add_item(real_db, Item(b"x"))
     keep.add_item(real_db, Item(b"y"))
-    with running_dashboard(
-        redis_url, "doomed", "doomed2", "--allow-actions", workdir=tmp_path
-    ) as dash:
-        driver.get(dash.url)
-        wait_for(lambda: by_css(driver, "#detail-name").text == "doomed", WAIT, "detail")
-        button = by_css(driver, "#flush")
-        assert not button.is_enabled()
-        by_css(driver, "#flush-confirm").send_keys("doomed2")
-        assert not button.is_enabled()
-        by_css(driver, "#flush-confirm").clear()
-        by_css(driver, "#flush-confirm").send_keys("doomed")
-        wait_for(button.is_enabled, WAIT, "the flush button")
-        button.click()
-        wait_for(lambda: queue.stats(real_db).queued == 0, WAIT, "the flush")
-        wait_for(lambda: "deleted" in by_css(driver, "#notice").text, WAIT, "the message")
-        assert keep.stats(real_db).queued == 1
+    dash = dashboards(redis_url, "doomed", "doomed2", "--allow-actions")
+    driver.get(dash.url)
+    wait_for(lambda: text_of(driver, "#detail-name") == "doomed", WAIT, "the detail")
+    button = by_css(driver, "#flush")
+    assert not button.is_enabled()
+    by_css(driver, "#flush-confirm").send_keys("doomed2")
+    assert not button.is_enabled()
+    by_css(driver, "#flush-confirm").clear()
+    by_css(driver, "#flush-confirm").send_keys("doomed")
+    wait_for(button.is_enabled, WAIT, "the flush button")
+    button.click()
+    wait_for(lambda: queue.stats(real_db).queued == 0, WAIT, "the flush")
+    wait_for(lambda: "deleted" in by_css(driver, "#notice").text, WAIT, "the message")
+    assert keep.stats(real_db).queued == 1
 
 
 def test_basic_auth_refuses_a_wrong_password(
-    driver: Any, real_db: redis.Redis, redis_url: str, tmp_path: Path
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
 ) -> None:
     WorkQueue(KeyPrefix("guarded")).add_item(real_db, Item(b"z"))
-    with running_dashboard(
-        redis_url, "guarded", "--auth", "admin:s3cret-pw", workdir=tmp_path
-    ) as dash:
-        base = dash.url.removeprefix("http://")
-        driver.get(f"http://admin:wrong@{base}")
-        # Refused: Chromium is left at the 401 (its login prompt), never the page.
-        assert all_css(driver, "#queues") == []
-        assert driver.title != "rwq dashboard"
-        driver.get(f"http://admin:s3cret-pw@{base}")
-        wait_for(lambda: (shown_counts(driver, "guarded") or {}).get("queued") == 1, WAIT, "1")
-        assert "s3cret-pw" not in dash.output()
-        assert "basic auth on" in dash.output()
+    dash = dashboards(redis_url, "guarded", "--auth", "admin:s3cret-pw")
+    base = dash.url.removeprefix("http://")
+    driver.get(f"http://admin:wrong@{base}")
+    # Refused: Chromium is left at the 401 (its login prompt), never the page.
+    assert all_css(driver, "#queues") == []
+    assert driver.title != "rwq dashboard"
+    driver.get(f"http://admin:s3cret-pw@{base}")
+    wait_for(lambda: (shown_counts(driver, "guarded") or {}).get("queued") == 1, WAIT, "1")
+    assert "s3cret-pw" not in dash.output()
+    assert "basic auth on" in dash.output()
+
+
+@pytest.fixture
+def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    server = start_server(tmp_path_factory.mktemp("dashboard-outage"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def test_outage_shows_a_banner_and_recovers(
-    driver: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    restartable: Proc, driver: Any, dashboards: Callable[..., Dashboard]
 ) -> None:
-    server: Proc = start_server(tmp_path_factory.mktemp("dashboard-outage"))
-    try:
-        db = server.client()
-        queue = WorkQueue(KeyPrefix("flaky"))
-        queue.add_item(db, Item(b"1"))
-        with running_dashboard(server.url, "flaky", workdir=tmp_path) as dash:
-            driver.get(dash.url)
-            wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
-            server.kill()
-            wait_for(lambda: by_css(driver, "#banner").is_displayed(), WAIT, "the banner")
-            assert "unreachable" in by_css(driver, "#banner").text
-            screenshot(driver, "test_outage_banner_shown")
-            assert dash.process.poll() is None
-            server.launch()  # same port, empty (no persistence)
-            queue.add_item(server.client(), Item(b"after"))
-            wait_for(lambda: not by_css(driver, "#banner").is_displayed(), WAIT, "recovery")
-            wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
-            assert dash.output().count("Redis unreachable") == 1
-    finally:
-        server.stop()
+    server = restartable
+    db = server.client()
+    queue = WorkQueue(KeyPrefix("flaky"))
+    queue.add_item(db, Item(b"1"))
+    dash = dashboards(server.url, "flaky")
+    driver.get(dash.url)
+    wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+    server.kill()
+    wait_for(lambda: by_css(driver, "#banner").is_displayed(), WAIT, "the banner")
+    assert "unreachable" in by_css(driver, "#banner").text
+    screenshot(driver, "test_outage_banner_shown")
+    assert dash.process.poll() is None
+    server.launch()  # same port, empty (no persistence)
+    queue.add_item(server.client(), Item(b"after"))
+    wait_for(lambda: not by_css(driver, "#banner").is_displayed(), WAIT, "recovery")
+    wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+    assert dash.output().count("Redis unreachable") == 1
