@@ -224,6 +224,10 @@ def test_samples_give_rates_over_a_window() -> None:
     assert len(samples.history("q")) == 3  # bounded
     assert samples.rates("q") == {"queued": 35 / 20, "dead": 0.0}
     assert samples.rates("q", window=10.0) == {"queued": 1.0, "dead": 0.0}
+    samples.add("q", 31.0, {"queued": 99, "leased": 0, "dead": 1}, min_gap=2.0)
+    assert samples.history("q")[-1]["t"] == 30.0  # too soon after the last: skipped
+    samples.add("q", 32.0, {"queued": 99, "leased": 0, "dead": 1}, min_gap=2.0)
+    assert samples.history("q")[-1] == {"t": 32.0, "queued": 99, "leased": 0, "dead": 1}
     samples.forget_except(["other"])
     assert samples.history("q") == []
 

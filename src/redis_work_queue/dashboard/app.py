@@ -112,7 +112,7 @@ class DashboardState:
         rows = []
         for name in names:
             row = await data.queue_summary(self.db, name, at)
-            self.samples.add(name, at, row)
+            self.samples.add(name, at, row, min_gap=self.settings.sample_secs / 2)
             row["rates"] = self.samples.rates(name)
             row["history"] = self.samples.history(name)
             rows.append(row)

@@ -244,9 +244,19 @@ class Samples:
     keep: int = 300
     rings: dict[str, deque[tuple[float, dict[str, int]]]] = field(default_factory=dict)
 
-    def add(self, name: str, at: float, counts: dict[str, Any]) -> None:
-        """Record one queue's counts at time ``at``."""
+    def add(self, name: str, at: float, counts: dict[str, Any], min_gap: float = 0.0) -> None:
+        """Record one queue's counts at time ``at``.
+
+        Args:
+            name: The queue.
+            at: When the counts were read.
+            counts: The counts (``queued``, ``leased`` and ``dead`` are kept).
+            min_gap: Skip the sample when the last one is less than this many seconds older
+                (many open pages then do not shorten the time the ring covers).
+        """
         ring = self.rings.setdefault(name, deque(maxlen=self.keep))
+        if ring and at - ring[-1][0] < min_gap:
+            return
         ring.append((at, {k: int(counts[k]) for k in ("queued", "leased", "dead")}))
 
     def history(self, name: str) -> list[dict[str, float]]:

@@ -90,7 +90,7 @@
     if (!history || history.length < 1) return;
     const t0 = history[0].t;
     const t1 = history[history.length - 1].t;
-    const span = Math.max(t1 - t0, 1);
+    const span = t1 > t0 ? t1 - t0 : 1;
     let top = 1;
     for (const s of history) top = Math.max(top, s.queued, s.leased, s.dead);
     $("chart-span").textContent = age(t1 - t0);
