@@ -276,3 +276,45 @@ def test_outage_shows_a_banner_and_recovers(
     wait_for(lambda: not by_css(driver, "#banner").is_displayed(), WAIT, "recovery")
     wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
     assert dash.output().count("Redis unreachable") == 1
+
+
+def test_live_worker_and_its_failure_traceback(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from runner_handlers import job  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix("wq"), max_deliveries=1)
+    queue.add_item(real_db, Item(job(redis_url, "t1", fail=True), id="fails"))
+    tests_dir = Path(__file__).resolve().parent
+    command = [sys.executable, "-m", "redis_work_queue.cli", "--url", redis_url, "worker"]
+    command += ["runner_handlers:record", "wq", "--max-deliveries", "1", "--heartbeat-secs", "0.5"]
+    worker = subprocess.Popen(
+        command,
+        cwd=tests_dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        dash = dashboards(redis_url, "wq")
+        driver.get(dash.url)
+        wait_for(
+            lambda: str(worker.pid) in (text_of(driver, "#workers tbody") or ""),
+            WAIT,
+            "the worker's row",
+        )
+        wait_for(lambda: "boom" in (text_of(driver, "#dead tr[data-id='fails']") or ""), WAIT, "x")
+        traceback = driver.execute_script(
+            "return document.querySelector(\"#dead tr[data-id='fails'] pre\").textContent"
+        )
+        assert "_explode" in traceback
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=5)
