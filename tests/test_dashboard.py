@@ -441,6 +441,13 @@ def test_command_takes_auth_from_the_environment_and_shows_every_queue_by_defaul
         assert wrong.status_code == 401
         body = httpx.get(dashboard.url + "api/overview", auth=("ops", "env-secret"), timeout=10)
         assert [q["name"] for q in body.json()["queues"]] == ["any:name"]
+        # Bound to loopback: a request naming another host (DNS rebinding) is refused.
+        rebound = httpx.get(
+            dashboard.url, auth=("ops", "env-secret"), headers={"Host": "evil.example"}, timeout=10
+        )
+        assert rebound.status_code == 400
+        by_name = f"http://localhost:{dashboard.port}/api/overview"
+        assert httpx.get(by_name, auth=("ops", "env-secret"), timeout=10).status_code == 200
     finally:
         dashboard.stop()
     assert "env-secret" not in dashboard.output()

@@ -214,6 +214,8 @@ def _workers(args: argparse.Namespace, db: redis.Redis) -> int:
 
 
 DASHBOARD_AUTH_ENV = "RWQ_DASHBOARD_AUTH"
+#: Bound to one of these, the dashboard answers requests for these host names only.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
@@ -242,6 +244,7 @@ def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
         allow_actions=args.allow_actions,
         auth=auth,
         refresh_secs=args.refresh_secs,
+        allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK_NAMES else None,
     )
     mode = "actions enabled" if args.allow_actions else "read-only"
     print(

@@ -22,6 +22,7 @@ from typing import Any
 import redis
 from redis.asyncio import Redis as AsyncRedis
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -63,6 +64,9 @@ class DashboardSettings:
         refresh_secs: How often the page fetches new data.
         sample_secs: How often the server samples the counts for the charts.
         discover_secs: How often queues matching ``match`` are looked for again.
+        allowed_hosts: The only ``Host`` header values (without port) answered, or None for
+            any. A dashboard bound to loopback answers loopback names only, so a web page whose
+            domain was pointed at 127.0.0.1 (DNS rebinding) cannot read it or its CSRF token.
     """
 
     url: str
@@ -73,6 +77,7 @@ class DashboardSettings:
     refresh_secs: float = 2.0
     sample_secs: float = 2.0
     discover_secs: float = 10.0
+    allowed_hosts: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -425,6 +430,8 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
     app.state.dashboard = state
     app.state.templates = Jinja2Templates(directory=HERE / "templates")
     wrapped: ASGIApp = SecurityHeaders(app)
+    if settings.allowed_hosts is not None:
+        wrapped = TrustedHostMiddleware(wrapped, allowed_hosts=list(settings.allowed_hosts))
     if settings.auth is not None:
         wrapped = BasicAuth(wrapped, *settings.auth)
     return wrapped
