@@ -69,7 +69,7 @@ def test_overview_counts_match_stats(real_db: redis.Redis, redis_url: str) -> No
     WorkQueue(KeyPrefix("jobs:b")).add_item(real_db, Item(b"b"))
     WorkQueue(KeyPrefix("other")).add_item(real_db, Item(b"o"))
     with client_for(redis_url, match=("jobs:*",)) as client:
-        body = client.get("/api/overview").json()
+        body = client.get("/api/overview", params={"history": "jobs:a"}).json()
     assert body["ok"] is True
     rows = {row["name"]: row for row in body["queues"]}
     assert sorted(rows) == ["jobs:a", "jobs:b"]
@@ -78,6 +78,7 @@ def test_overview_counts_match_stats(real_db: redis.Redis, redis_url: str) -> No
     assert stats.queued == 3 and stats.leased == 1 and stats.delayed == 1 and stats.dead == 1
     assert 0 <= rows["jobs:a"]["oldest_age"] < 60
     assert rows["jobs:a"]["history"][-1]["queued"] == 3
+    assert "history" not in rows["jobs:b"]  # samples only of the queue charted
 
 
 def test_discovery_finds_every_kind_of_queue_key_and_escapes_nothing_literal(

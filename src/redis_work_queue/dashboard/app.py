@@ -1,6 +1,6 @@
 """The dashboard's web application: a Starlette app serving one page and its JSON endpoints.
 
-``GET /`` is the page, ``GET /api/overview`` every queue's counts with their recent samples,
+``GET /`` is the page, ``GET /api/overview`` every queue's counts (and one queue's recent samples),
 ``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers, and
 ``POST /api/action`` an action on one queue (only when actions are enabled, and only with the
 page's CSRF token). Redis being unreachable is answered with status 503 and an error the page
@@ -110,8 +110,12 @@ class DashboardState:
         """Whether ``name`` is a queue the dashboard shows (actions only touch those)."""
         return name in self.settings.queues or name in self.discovered
 
-    async def overview(self) -> dict[str, Any]:
-        """Every queue's counts, rates and samples; records a sample of each."""
+    async def overview(self, history: str | None = None) -> dict[str, Any]:
+        """Every queue's counts and rates; records a sample of each.
+
+        Args:
+            history: The queue whose samples to include (the one the page charts), if any.
+        """
         names = await self.queue_names()
         at = data.now()
         rows = []
@@ -119,7 +123,8 @@ class DashboardState:
             row = await data.queue_summary(self.db, name, at)
             self.samples.add(name, at, row, min_gap=self.settings.sample_secs / 2)
             row["rates"] = self.samples.rates(name)
-            row["history"] = self.samples.history(name)
+            if name == history:
+                row["history"] = self.samples.history(name)
             rows.append(row)
         self.samples.forget_except(names)
         return {"ok": True, "time": at, "queues": rows, "truncated": self.truncated}
@@ -187,9 +192,13 @@ async def page(request: Request) -> Response:
 
 
 async def overview(request: Request) -> Response:
-    """Every queue's counts (``WorkQueue.stats``), oldest waiting age, rates and samples."""
+    """Every queue's counts (``WorkQueue.stats``), oldest waiting age and rates.
+
+    With ``?history=<queue>``, that queue's samples too (the page charts one queue).
+    """
     state = _state(request)
-    return await _guarded(state, state.overview)
+    charted = request.query_params.get("history")
+    return await _guarded(state, lambda: state.overview(charted))
 
 
 async def queue_detail(request: Request) -> Response:

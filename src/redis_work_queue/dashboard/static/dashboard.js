@@ -130,12 +130,12 @@
       row.append(num(rate(q.rates.dead)));
       row.addEventListener("click", () => select(q.name));
       tbody.append(row);
-      if (q.name === selected) drawChart(q.history);
+      if (q.name === selected && q.history) drawChart(q.history);
     }
     if (selected === null && body.queues.length > 0) {
       selected = body.queues[0].name;
       tbody.firstChild.classList.add("selected");
-      drawChart(body.queues[0].history);
+      if (body.queues[0].history) drawChart(body.queues[0].history);
     }
   }
 
@@ -282,7 +282,8 @@
     if (busy) return;
     busy = true;
     try {
-      const body = await getJSON(api("api/overview"));
+      const charted = selected === null ? "" : `?history=${encodeURIComponent(selected)}`;
+      const body = await getJSON(api(`api/overview${charted}`));
       drawQueues(body);
       if (selected !== null) {
         const kept = picked();
