@@ -482,3 +482,9 @@ def test_wheel_ships_the_templates_and_static_files(tmp_path: Path) -> None:
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Provides-Extra: dashboard" in text
+
+
+def test_command_refuses_a_queue_name_that_clashes(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["--url", "redis://127.0.0.1:1/0", "dashboard", "jobs:item"])
+    assert code == 1
+    assert "reserved segment ':item'" in capsys.readouterr().err

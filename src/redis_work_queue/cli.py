@@ -22,7 +22,7 @@ from . import metrics, server
 from .demo import run_demo
 from .errors import InvalidArgumentError, WorkerFailedError, WorkQueueError
 from .health import live_workers
-from .keyprefix import KeyPrefix, check_queue_name
+from .keyprefix import KeyPrefix
 from .ops import CleanReport
 from .worker import Worker, load_handler
 from .workqueue import WorkQueue
@@ -234,6 +234,8 @@ def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
         if not sep or not user or not password:
             return _fail(EXIT_USAGE, "--auth (or $RWQ_DASHBOARD_AUTH) must be USER:PASSWORD")
         auth = (user, password)
+    from .keyprefix import check_queue_name  # noqa: PLC0415 (keeps this command's edit local)
+
     for name in args.queues:
         check_queue_name(name)
     match = tuple(args.match) if args.match else (() if args.queues else ("*",))
