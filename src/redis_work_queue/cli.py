@@ -233,6 +233,51 @@ def _workers(args: argparse.Namespace, db: redis.Redis) -> int:
     return EXIT_OK
 
 
+DASHBOARD_AUTH_ENV = "RWQ_DASHBOARD_AUTH"
+#: Bound to one of these, the dashboard answers requests for these host names only.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
+    try:
+        from .dashboard import DashboardSettings, serve  # noqa: PLC0415 (optional extra)
+    except ImportError as err:
+        return _fail(
+            EXIT_USAGE,
+            f"the dashboard needs the dashboard extra: pip install "
+            f"'redis-work-queue[dashboard]' ({err.name or err} is missing)",
+        )
+    auth_text = args.auth if args.auth is not None else os.environ.get(DASHBOARD_AUTH_ENV)
+    auth: tuple[str, str] | None = None
+    if auth_text:
+        user, sep, password = auth_text.partition(":")
+        if not sep or not user or not password:
+            return _fail(EXIT_USAGE, "--auth (or $RWQ_DASHBOARD_AUTH) must be USER:PASSWORD")
+        auth = (user, password)
+    from .keyprefix import check_queue_name  # noqa: PLC0415 (keeps this command's edit local)
+
+    for name in args.queues:
+        check_queue_name(name)
+    match = tuple(args.match) if args.match else (() if args.queues else ("*",))
+    settings = DashboardSettings(
+        url=args.url,
+        queues=tuple(args.queues),
+        match=match,
+        allow_actions=args.allow_actions,
+        auth=auth,
+        refresh_secs=args.refresh_secs,
+        allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK_NAMES else None,
+    )
+    mode = "actions enabled" if args.allow_actions else "read-only"
+    print(
+        f"rwq dashboard on http://{args.host}:{args.port}/ ({mode}, "
+        f"basic auth {'on' if auth else 'off'})",
+        flush=True,
+    )
+    serve(settings, host=args.host, port=args.port)
+    return EXIT_OK
+
+
 def _demo(args: argparse.Namespace) -> int:
     return run_demo(url=args.url, items=args.items, workers=args.workers, out=print)
 
@@ -364,6 +409,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_workers)
+
+    p = sub.add_parser(
+        "dashboard",
+        help="serve a web page to watch queues (and, with --allow-actions, act on them)",
+        description="Serve a web page showing queues' counts, waiting items, leases, dead "
+        "letters and live workers, refreshed every few seconds. Read-only unless "
+        "--allow-actions. Needs the dashboard extra.",
+    )
+    p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue key prefixes to show")
+    p.add_argument(
+        "--match",
+        action="append",
+        metavar="PATTERN",
+        help="also show queues whose names match this glob, found by SCAN (repeatable; "
+        "default '*' when no QUEUE is named)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="enable requeue/purge of dead letters, light/deep clean and flush",
+    )
+    p.add_argument(
+        "--auth",
+        default=None,
+        metavar="USER:PASSWORD",
+        help="require HTTP basic auth (default: $RWQ_DASHBOARD_AUTH, if set)",
+    )
+    p.add_argument(
+        "--refresh-secs", type=float, default=2.0, help="page refresh interval (default 2)"
+    )
+    p.set_defaults(func=_dashboard)
 
     p = sub.add_parser(
         "demo",

@@ -123,8 +123,8 @@ class QueueKeys:
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
     hash ``<prefix>:dead:<id>``. The Spark data source keeps the report of the last write in
     ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
-    ``<prefix>:waiting`` (a flag with an expiry) and ``<prefix>:wake`` (a short list) wake
-    workers that block on several queues at once. The worker runner keeps ``<prefix>:cleaned``
+    ``<prefix>:waiting`` (a sorted set of blocked workers, with an expiry) and ``<prefix>:wake``
+    (a short list) wake workers that block on several queues at once. The worker runner keeps ``<prefix>:cleaned``
     (a flag with an expiry: a worker ran the light clean lately), ``<prefix>:workers``
     (sorted set, worker id -> ms its registration lapses) and each live worker's
     ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout uses are

@@ -1,0 +1,446 @@
+"""The dashboard's web application: a Starlette app serving one page and its JSON endpoints.
+
+``GET /`` is the page, ``GET /api/overview`` every queue's counts (and one queue's recent samples),
+``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers, and
+``POST /api/action`` an action on one queue (only when actions are enabled, and only with the
+page's CSRF token). Redis being unreachable is answered with status 503 and an error the page
+shows in a banner; the next request after Redis is back succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.asyncio import Redis as AsyncRedis
+from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..aio import AsyncWorkQueue
+from ..errors import WorkQueueError
+from ..keyprefix import KeyPrefix
+from . import data
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+CSRF_HEADER = "x-csrf-token"
+#: The errors that mean Redis cannot be reached right now (the page shows a banner).
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush")
+#: Longest wait between two samples while Redis is unreachable.
+MAX_SAMPLE_BACKOFF = 30.0
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """How the dashboard runs.
+
+    Attributes:
+        url: The Redis URL.
+        queues: Queues shown by name.
+        match: Glob patterns over queue names; matching queues are found by SCAN.
+        allow_actions: Enable the POST actions (requeue, purge, clean, flush).
+        auth: ``(user, password)`` for HTTP basic auth, or None for none.
+        refresh_secs: How often the page fetches new data.
+        sample_secs: How often the server samples the counts for the charts.
+        discover_secs: How often queues matching ``match`` are looked for again.
+        allowed_hosts: The only ``Host`` header values (without port) answered, or None for
+            any. A dashboard bound to loopback answers loopback names only, so a web page whose
+            domain was pointed at 127.0.0.1 (DNS rebinding) cannot read it or its CSRF token.
+    """
+
+    url: str
+    queues: tuple[str, ...] = ()
+    match: tuple[str, ...] = ()
+    allow_actions: bool = False
+    auth: tuple[str, str] | None = None
+    refresh_secs: float = 2.0
+    sample_secs: float = 2.0
+    discover_secs: float = 10.0
+    allowed_hosts: tuple[str, ...] | None = None
+
+
+@dataclass
+class DashboardState:
+    """What the running dashboard keeps between requests."""
+
+    settings: DashboardSettings
+    db: AsyncRedis
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    samples: data.Samples = field(default_factory=data.Samples)
+    discovered: list[str] = field(default_factory=list)
+    truncated: bool = False
+    discovered_at: float | None = None
+    down: bool = False
+
+    async def queue_names(self, force: bool = False) -> list[str]:
+        """The queues shown: those named, then those discovered (looked for again when due)."""
+        settings = self.settings
+        if settings.match:
+            due = self.discovered_at is None or (
+                data.now() - self.discovered_at >= settings.discover_secs
+            )
+            if force or due:
+                self.discovered, self.truncated = await data.discover(self.db, settings.match)
+                self.discovered_at = data.now()
+        named = list(dict.fromkeys(settings.queues))
+        return named + [n for n in self.discovered if n not in named]
+
+    def known(self, name: str) -> bool:
+        """Whether ``name`` is a queue the dashboard shows (actions only touch those)."""
+        return name in self.settings.queues or name in self.discovered
+
+    async def overview(self, history: str | None = None) -> dict[str, Any]:
+        """Every queue's counts and rates; records a sample of each.
+
+        Args:
+            history: The queue whose samples to include (the one the page charts), if any.
+        """
+        names = await self.queue_names()
+        at = data.now()
+        rows = []
+        for name in names:
+            row = await data.queue_summary(self.db, name, at)
+            self.samples.add(name, at, row, min_gap=self.settings.sample_secs / 2)
+            row["rates"] = self.samples.rates(name)
+            if name == history:
+                row["history"] = self.samples.history(name)
+            rows.append(row)
+        self.samples.forget_except(names)
+        return {"ok": True, "time": at, "queues": rows, "truncated": self.truncated}
+
+    def went_down(self, err: BaseException) -> None:
+        """Note that Redis is unreachable: logged once per outage."""
+        if not self.down:
+            self.down = True
+            logger.warning("Redis unreachable at %s: %s", _safe_url(self.settings.url), err)
+
+    def came_back(self) -> None:
+        """Note that Redis answers again."""
+        if self.down:
+            self.down = False
+            logger.warning("Redis reachable again at %s", _safe_url(self.settings.url))
+
+
+def _safe_url(url: str) -> str:
+    """The URL without a password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    return scheme + sep + "***@" + rest.rsplit("@", 1)[1]
+
+
+def _state(request: Request) -> DashboardState:
+    state: DashboardState = request.app.state.dashboard
+    return state
+
+
+def _json(body: dict[str, Any], status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def _guarded(
+    state: DashboardState, work: Callable[[], Awaitable[dict[str, Any]]]
+) -> JSONResponse:
+    """Run ``work``; Redis being unreachable gives 503, another Redis or queue error 500."""
+    try:
+        body = await work()
+    except UNREACHABLE as err:
+        state.went_down(err)
+        return _json({"ok": False, "error": f"Redis is unreachable: {err}"}, 503)
+    except (WorkQueueError, redis.RedisError) as err:
+        logger.warning("dashboard request failed: %s", err)
+        return _json({"ok": False, "error": str(err)}, 500)
+    state.came_back()
+    return _json(body)
+
+
+async def page(request: Request) -> Response:
+    """The dashboard page."""
+    state = _state(request)
+    templates: Jinja2Templates = request.app.state.templates
+    return templates.TemplateResponse(
+        request,
+        "index.html",
+        {
+            "csrf": state.csrf,
+            "allow_actions": state.settings.allow_actions,
+            "refresh_ms": int(state.settings.refresh_secs * 1000),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def overview(request: Request) -> Response:
+    """Every queue's counts (``WorkQueue.stats``), oldest waiting age and rates.
+
+    With ``?history=<queue>``, that queue's samples too (the page charts one queue).
+    """
+    state = _state(request)
+    charted = request.query_params.get("history")
+    return await _guarded(state, lambda: state.overview(charted))
+
+
+async def queue_detail(request: Request) -> Response:
+    """One queue's waiting items, pending leases, dead letters and live workers."""
+    state = _state(request)
+    name = request.query_params.get("name", "")
+
+    async def work() -> dict[str, Any]:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        return {"ok": True, **(await data.queue_detail(state.db, name))}
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+class _NotShown(Exception):
+    """A request named a queue the dashboard does not show."""
+
+
+def _ids(body: dict[str, Any]) -> list[str] | None:
+    """The ids an action names (None for all); raises ValueError on a malformed body."""
+    if body.get("all") is True:
+        return None
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise ValueError('name the dead letters in "ids" (a list of strings) or pass "all": true')
+    return ids
+
+
+class _Refused(Exception):
+    """An action request refused before anything is done."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _checked_action(
+    request: Request, state: DashboardState
+) -> tuple[str, str, list[str] | None]:
+    """The queue, action and ids of an action request, once every check passed.
+
+    Raises:
+        _Refused: Actions are disabled, the CSRF token is missing or wrong, or the body is
+            malformed (flush: the queue's name not typed).
+    """
+    if not state.settings.allow_actions:
+        raise _Refused(403, "actions are disabled: start the dashboard with --allow-actions")
+    token = request.headers.get(CSRF_HEADER, "")
+    if not token or not secrets.compare_digest(token.encode(), state.csrf.encode()):
+        raise _Refused(403, "missing or wrong CSRF token: reload the page")
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise _Refused(415, "send the action as application/json")
+    try:
+        body = await request.json()
+    except ValueError as err:
+        raise _Refused(400, "the body is not JSON") from err
+    if not isinstance(body, dict):
+        raise _Refused(400, "the body must be a JSON object")
+    name, kind = body.get("queue"), body.get("action")
+    if kind not in ACTIONS:
+        raise _Refused(400, f"unknown action {kind!r}: one of {', '.join(ACTIONS)}")
+    if not isinstance(name, str):
+        raise _Refused(400, '"queue" must name a queue')
+    ids: list[str] | None = None
+    if kind in ("requeue", "purge"):
+        try:
+            ids = _ids(body)
+        except ValueError as err:
+            raise _Refused(400, str(err)) from err
+    if kind == "flush" and body.get("confirm") != name:
+        raise _Refused(400, f"type the queue's name ({name}) to confirm the flush")
+    return name, kind, ids
+
+
+async def action(request: Request) -> Response:
+    """Run one action on one queue: only with actions enabled and the page's CSRF token."""
+    state = _state(request)
+    try:
+        name, kind, ids = await _checked_action(request, state)
+    except _Refused as err:
+        return _json({"ok": False, "error": str(err)}, err.status)
+
+    async def work() -> dict[str, Any]:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        queue = AsyncWorkQueue(KeyPrefix(name))
+        if kind == "requeue":
+            message = f"requeued {await queue.requeue_dead(state.db, ids)} dead letters"
+        elif kind == "purge":
+            message = f"purged {await queue.purge_dead(state.db, ids)} dead letters"
+        elif kind == "light-clean":
+            message = _clean_message(await queue.light_clean(state.db))
+        elif kind == "deep-clean":
+            message = _clean_message(await queue.deep_clean(state.db))
+        else:
+            report = await queue.flush(state.db)
+            message = f"deleted {report.keys} keys ({report.items} items)"
+            await state.queue_names(force=True)
+        logger.warning("dashboard action %s on %s: %s", kind, name, message)
+        return {"ok": True, "message": f"{name}: {message}"}
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+def _clean_message(report: Any) -> str:
+    counts = asdict(report)
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+async def _sample_forever(state: DashboardState) -> None:
+    """Sample every queue's counts for the charts, also when no page is open."""
+    delay = state.settings.sample_secs
+    while True:
+        try:
+            await state.overview()
+        except UNREACHABLE as err:
+            state.went_down(err)
+            delay = min(delay * 2, MAX_SAMPLE_BACKOFF)
+        except (WorkQueueError, redis.RedisError) as err:
+            logger.warning("dashboard sampling failed: %s", err)
+            delay = min(delay * 2, MAX_SAMPLE_BACKOFF)
+        else:
+            state.came_back()
+            delay = state.settings.sample_secs
+        await asyncio.sleep(delay)
+
+
+class BasicAuth:
+    """ASGI middleware refusing every request without the right HTTP basic credentials.
+
+    Args:
+        app: The application behind it.
+        user: The user name.
+        password: The password (compared in constant time; never logged).
+    """
+
+    def __init__(self, app: ASGIApp, user: str, password: str) -> None:
+        self.app = app
+        self.expected = base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on when its credentials are right; else answer 401."""
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            scheme, _, credentials = given.partition(" ")
+            if scheme.lower() != "basic" or not secrets.compare_digest(
+                credentials.strip().encode(), self.expected.encode()
+            ):
+                response = PlainTextResponse(
+                    "authentication required",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Basic realm="rwq dashboard", charset="UTF-8"'},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class SecurityHeaders:
+    """ASGI middleware adding headers that keep the page self-contained and unframed."""
+
+    HEADERS = (
+        (
+            b"content-security-policy",
+            b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        ),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Add the headers to every HTTP response."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASGIApp:
+    """Build the dashboard's ASGI application.
+
+    Args:
+        settings: How it runs.
+        db: A ``redis.asyncio`` client to use; by default one is made from ``settings.url``
+            (short timeouts, so a request during an outage fails fast).
+
+    Returns:
+        The application, with basic auth in front when ``settings.auth`` is set.
+    """
+    client = db or AsyncRedis.from_url(
+        settings.url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=10
+    )
+    state = DashboardState(settings, client)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler = asyncio.create_task(_sample_forever(state))
+        try:
+            yield
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            if db is None:
+                await client.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/overview", overview),
+            Route("/api/queue", queue_detail),
+            Route("/api/action", action, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.dashboard = state
+    app.state.templates = Jinja2Templates(directory=HERE / "templates")
+    wrapped: ASGIApp = SecurityHeaders(app)
+    if settings.allowed_hosts is not None:
+        wrapped = TrustedHostMiddleware(wrapped, allowed_hosts=list(settings.allowed_hosts))
+    if settings.auth is not None:
+        wrapped = BasicAuth(wrapped, *settings.auth)
+    return wrapped

@@ -1,0 +1,320 @@
+"""``rwq dashboard`` in a real headless Chromium: the page, its refresh, actions, auth, outages.
+
+Each test saves a screenshot under ``test-output/screenshots/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from dashboard_support import (
+    Dashboard,
+    new_driver,
+    quit_driver,
+    screenshot,
+    start_dashboard,
+    wait_for,
+)
+from redis_work_queue import Item, KeyPrefix, WorkQueue
+from servers import Proc, start_server
+
+pytest.importorskip("starlette", reason="needs the dashboard extra")
+pytest.importorskip("selenium", reason="needs selenium (the test extra)")
+
+pytestmark = pytest.mark.browser
+
+WAIT = 20.0
+COUNTS = ("queued", "leased", "expired", "delayed", "dead")
+
+
+@pytest.fixture
+def dashboards(tmp_path: Path) -> Iterator[Callable[..., Dashboard]]:
+    """Start ``rwq dashboard`` processes; stopped after the browser's final screenshot."""
+    started: list[Dashboard] = []
+
+    def start(redis_url: str, *args: str) -> Dashboard:
+        dashboard = start_dashboard(redis_url, *args, workdir=tmp_path)
+        started.append(dashboard)
+        return dashboard
+
+    try:
+        yield start
+    finally:
+        for dashboard in started:
+            dashboard.stop()
+
+
+@pytest.fixture
+def driver(request: pytest.FixtureRequest, dashboards: Callable[..., Dashboard]) -> Iterator[Any]:
+    chromium = new_driver()
+    try:
+        yield chromium
+    finally:
+        try:
+            screenshot(chromium, request.node.name)
+        finally:
+            quit_driver(chromium)
+
+
+def by_css(driver: Any, selector: str) -> Any:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def all_css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def shown_counts(driver: Any, name: str) -> dict[str, int] | None:
+    """The counts the page shows for queue ``name`` (None until its row is drawn).
+
+    Read in one script run: the page redraws its rows on every refresh.
+    """
+    found: dict[str, int] | None = driver.execute_script(
+        """
+        const row = Array.from(document.querySelectorAll("#queues tbody tr"))
+          .find((r) => r.dataset.queue === arguments[0]);
+        if (!row) return null;
+        const counts = {};
+        for (const cell of row.querySelectorAll("td[data-count]")) {
+          counts[cell.dataset.count] = Number(cell.textContent);
+        }
+        return counts;
+        """,
+        name,
+    )
+    return found
+
+
+def text_of(driver: Any, selector: str) -> str | None:
+    """The visible text of the first element matching ``selector`` (one script run)."""
+    found: str | None = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+        selector,
+    )
+    return found
+
+
+def click(driver: Any, selector: str) -> None:
+    """A real click on ``selector``, tried again when a redraw replaced the element."""
+
+    def clicked() -> bool:
+        by_css(driver, selector).click()
+        return True
+
+    wait_for(clicked, WAIT, f"a click on {selector}")
+
+
+def make_dead(db: redis.Redis, queue: WorkQueue, item_id: str, reason: str) -> None:
+    queue.add_item(db, Item(b"payload of " + item_id.encode(), id=item_id))
+    leased = queue.lease(db, 30, block=False)
+    assert leased is not None and leased.id() == item_id
+    queue.release(db, leased, reason=reason)
+    assert any(d.id == item_id for d in queue.dead_letters(db))
+
+
+def test_page_loads_and_counts_match_stats(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    jobs = WorkQueue(KeyPrefix("jobs:mail"), max_deliveries=1)
+    other = WorkQueue(KeyPrefix("jobs:sms"))
+    make_dead(real_db, jobs, "broken", "ValueError: no\nTraceback (most recent call last):\n  x")
+    for n in range(5):
+        jobs.add_item(real_db, Item(f"mail {n}".encode()))
+    jobs.lease(real_db, 60, block=False)
+    jobs.add_item(real_db, Item(b"later"), delay=600)
+    other.add_item(real_db, Item(b"<b>not bold</b>"))
+    WorkQueue(KeyPrefix("elsewhere")).add_item(real_db, Item(b"hidden"))
+
+    dash = dashboards(redis_url, "--match", "jobs:*")
+    driver.get(dash.url)
+    assert driver.title == "rwq dashboard"
+    for queue in (jobs, other):
+        expected = {k: getattr(queue.stats(real_db), k) for k in COUNTS}
+        wait_for(
+            lambda q=queue, e=expected: shown_counts(driver, q.name.prefix) == e,
+            WAIT,
+            f"the counts of {queue.name.prefix}",
+        )
+    assert shown_counts(driver, "elsewhere") is None
+    assert by_css(driver, "#mode").text == "read-only"
+    # Read-only: no action controls at all.
+    assert all_css(driver, "#queue-actions, #dead-actions, button.requeue-one") == []
+    # The first queue's details: the dead letter with its reason and traceback.
+    wait_for(lambda: by_css(driver, "#dead tbody tr[data-id='broken']"), WAIT, "dead row")
+    row = by_css(driver, "#dead tbody tr[data-id='broken']")
+    assert "ValueError: no" in row.text
+    assert by_css(driver, "#dead details pre").get_attribute("textContent").startswith("Traceback")
+    # Item data is shown as text, never as markup.
+    all_css(driver, "#queues tbody tr")[1].click()
+    wait_for(lambda: "<b>not bold</b>" in by_css(driver, "#waiting").text, WAIT, "preview")
+    assert all_css(driver, "#waiting b") == []
+    wait_for(lambda: len(all_css(driver, "#chart polyline")) == 3, WAIT, "the chart")
+    assert "Error" not in by_css(driver, "#banner").get_attribute("textContent")
+
+
+def test_counts_refresh_without_reload(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    queue = WorkQueue(KeyPrefix("live"))
+    queue.add_item(real_db, Item(b"first"))
+    dash = dashboards(redis_url, "live")
+    driver.get(dash.url)
+    wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 1, WAIT, "1")
+    driver.execute_script("window.sameDocument = 'yes';")
+    for n in range(7):
+        queue.add_item(real_db, Item(f"more {n}".encode()))
+    assert queue.stats(real_db).queued == 8
+    wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 8, WAIT, "8")
+    assert driver.execute_script("return window.sameDocument") == "yes"
+    wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 8, WAIT, "8 rows")
+
+
+def test_dead_letter_requeued_from_the_page(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    queue = WorkQueue(KeyPrefix("work"), max_deliveries=1)
+    make_dead(real_db, queue, "d1", "RuntimeError: once")
+    make_dead(real_db, queue, "d2", "RuntimeError: twice")
+    dash = dashboards(redis_url, "work", "--allow-actions")
+    driver.get(dash.url)
+    assert by_css(driver, "#mode").text == "actions enabled"
+    click(driver, "#dead tr[data-id='d1'] button.requeue-one")
+    wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
+    assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
+    assert [q.id for q in queue.peek(real_db)] == ["d1"]
+    wait_for(lambda: "requeued 1 dead letters" in (text_of(driver, "#notice") or ""), WAIT, "m")
+    wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
+    # Selected: tick d2 and purge it.
+    wait_for(lambda: text_of(driver, "#dead tr[data-id='d1']") is None, WAIT, "d1 gone")
+    click(driver, "#dead tr[data-id='d2'] input.pick")
+    wait_for(
+        lambda: driver.execute_script(
+            "return document.querySelector(\"#dead tr[data-id='d2'] input.pick\").checked"
+        ),
+        WAIT,
+        "d2 ticked",
+    )
+    click(driver, "#purge-selected")
+    wait_for(lambda: queue.stats(real_db).dead == 0, WAIT, "the purge")
+    assert queue.stats(real_db).queued == 1
+
+
+def test_flush_needs_the_typed_queue_name(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    queue = WorkQueue(KeyPrefix("doomed"))
+    keep = WorkQueue(KeyPrefix("doomed2"))
+    queue.add_item(real_db, Item(b"x"))
+    keep.add_item(real_db, Item(b"y"))
+    dash = dashboards(redis_url, "doomed", "doomed2", "--allow-actions")
+    driver.get(dash.url)
+    wait_for(lambda: text_of(driver, "#detail-name") == "doomed", WAIT, "the detail")
+    button = by_css(driver, "#flush")
+    assert not button.is_enabled()
+    by_css(driver, "#flush-confirm").send_keys("doomed2")
+    assert not button.is_enabled()
+    by_css(driver, "#flush-confirm").clear()
+    by_css(driver, "#flush-confirm").send_keys("doomed")
+    wait_for(button.is_enabled, WAIT, "the flush button")
+    button.click()
+    wait_for(lambda: queue.stats(real_db).queued == 0, WAIT, "the flush")
+    wait_for(lambda: "deleted" in by_css(driver, "#notice").text, WAIT, "the message")
+    assert keep.stats(real_db).queued == 1
+
+
+def test_basic_auth_refuses_a_wrong_password(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    WorkQueue(KeyPrefix("guarded")).add_item(real_db, Item(b"z"))
+    dash = dashboards(redis_url, "guarded", "--auth", "admin:s3cret-pw")
+    base = dash.url.removeprefix("http://")
+    driver.get(f"http://admin:wrong@{base}")
+    # Refused: Chromium is left at the 401 (its login prompt), never the page.
+    assert all_css(driver, "#queues") == []
+    assert driver.title != "rwq dashboard"
+    driver.get(f"http://admin:s3cret-pw@{base}")
+    wait_for(lambda: (shown_counts(driver, "guarded") or {}).get("queued") == 1, WAIT, "1")
+    assert "s3cret-pw" not in dash.output()
+    assert "basic auth on" in dash.output()
+
+
+@pytest.fixture
+def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    server = start_server(tmp_path_factory.mktemp("dashboard-outage"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_outage_shows_a_banner_and_recovers(
+    restartable: Proc, driver: Any, dashboards: Callable[..., Dashboard]
+) -> None:
+    server = restartable
+    db = server.client()
+    queue = WorkQueue(KeyPrefix("flaky"))
+    queue.add_item(db, Item(b"1"))
+    dash = dashboards(server.url, "flaky")
+    driver.get(dash.url)
+    wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+    server.kill()
+    wait_for(lambda: by_css(driver, "#banner").is_displayed(), WAIT, "the banner")
+    assert "unreachable" in by_css(driver, "#banner").text
+    screenshot(driver, "test_outage_banner_shown")
+    assert dash.process.poll() is None
+    server.launch()  # same port, empty (no persistence)
+    queue.add_item(server.client(), Item(b"after"))
+    wait_for(lambda: not by_css(driver, "#banner").is_displayed(), WAIT, "recovery")
+    wait_for(lambda: (shown_counts(driver, "flaky") or {}).get("queued") == 1, WAIT, "1")
+    assert dash.output().count("Redis unreachable") == 1
+
+
+def test_live_worker_and_its_failure_traceback(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from runner_handlers import job  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix("wq"), max_deliveries=1)
+    queue.add_item(real_db, Item(job(redis_url, "t1", fail=True), id="fails"))
+    tests_dir = Path(__file__).resolve().parent
+    command = [sys.executable, "-m", "redis_work_queue.cli", "--url", redis_url, "worker"]
+    command += ["runner_handlers:record", "wq", "--max-deliveries", "1", "--heartbeat-secs", "0.5"]
+    worker = subprocess.Popen(
+        command,
+        cwd=tests_dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        dash = dashboards(redis_url, "wq")
+        driver.get(dash.url)
+        wait_for(
+            lambda: str(worker.pid) in (text_of(driver, "#workers tbody") or ""),
+            WAIT,
+            "the worker's row",
+        )
+        wait_for(lambda: "boom" in (text_of(driver, "#dead tr[data-id='fails']") or ""), WAIT, "x")
+        traceback = driver.execute_script(
+            "return document.querySelector(\"#dead tr[data-id='fails'] pre\").textContent"
+        )
+        assert "_explode" in traceback
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=5)
