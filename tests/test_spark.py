@@ -25,6 +25,7 @@ import redis
 
 from helpers import wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue
+from redis_work_queue.errors import InvalidArgumentError
 from redis_work_queue.ops import QueueStats
 from redis_work_queue.protocol import run
 
@@ -36,7 +37,13 @@ try:
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
     from redis_work_queue.spark.calls import complete_held
-    from redis_work_queue.spark.options import Options, StreamOptions
+    from redis_work_queue.spark.options import (
+        Options,
+        ReadOptions,
+        StreamOptions,
+        WriteOptions,
+        check_read,
+    )
     from redis_work_queue.spark.stream import QueueStreamReader
 except ImportError:  # the tests that need them skip (under CI=true: fail) in require()
     pass
@@ -150,14 +157,14 @@ def test_batch_write_lands_every_row_once_and_a_rerun_adds_none(
 
 
 @spark_test
-def test_a_task_that_fails_once_and_is_retried_adds_no_duplicate(
+def test_a_task_that_fails_once_and_is_retried_adds_each_row_once(
     spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
 ) -> None:
     marker = str(tmp_path / "failed-once")
 
     def job_id(n):  # no type hints: Spark would read them as a pandas UDF's
-        # The first attempt at row 7000 gives it no id, so the writer fails in the middle of
-        # partition 1, after adding that partition's first 2000 rows; the retry gives the id.
+        # The first attempt at row 7000 gives it no id, so the task of partition 1 fails while
+        # it checks its rows, before it adds any; the retry gives the id.
         if n == 7000 and not os.path.exists(marker):
             Path(marker).touch()
             return None
@@ -176,12 +183,149 @@ def test_a_task_that_fails_once_and_is_retried_adds_no_duplicate(
     )
     assert os.path.exists(marker), "the injected failure did not happen"
     report = last_write(real_db, "retry")
-    # The retry found what the failed attempt had added: those rows were not added twice.
-    assert report.existing >= 1000, report
-    assert report.added + report.existing == 10_000
+    # The failed attempt added nothing: the retry found none of its rows there already.
+    assert (report.added, report.existing, report.skipped) == (10_000, 0, 0), report
     queued = queue_ids(real_db, "retry")
     assert len(queued) == 10_000
     assert set(queued) == {f"job-{n}" for n in range(10_000)}
+
+
+# Options ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "typo", "meant"),
+    [
+        ("write", "idColum", "idColumn"),
+        ("write", "dataColum", "dataColumn"),
+        ("write", "delaySecond", "delaySeconds"),
+        ("read", "partitionSise", "partitionSize"),
+        ("stream", "maxItemsPerBach", "maxItemsPerBatch"),
+        ("stream", "maxOffsetsPerTrigger", "maxItemsPerBatch"),
+        ("load", "leaseSecond", "leaseSeconds"),
+    ],
+)
+def test_an_unknown_option_is_refused_with_the_closest_name(
+    kind: str, typo: str, meant: str
+) -> None:
+    require(java=False)
+    parse = {
+        "write": WriteOptions.parse,
+        "read": ReadOptions.parse,
+        "stream": StreamOptions.parse,
+        "load": check_read,
+    }[kind]
+    given = {"url": "redis://127.0.0.1:1/0", "queue": "q", typo: "7"}
+    with pytest.raises(
+        InvalidArgumentError, match=rf"no option '{typo.lower()}'; did you mean '{meant}'"
+    ):
+        parse(Options(given))
+    # The right name passes, as does what Spark adds itself.
+    parse(Options({"url": given["url"], "queue": "q", meant: "7", "checkpointLocation": "/c"}))
+
+
+def test_options_of_a_streaming_read_are_checked_as_a_whole() -> None:
+    require(java=False)
+    base = {"url": "redis://127.0.0.1:1/0", "queue": "q"}
+    for bad, message in [
+        ({"leaseSeconds": "0"}, "'leaseSeconds' must be at least"),
+        ({"leaseSeconds": "10", "renewSeconds": "10"}, "'renewSeconds' must be below"),
+        ({"queue": ""}, "'queue' is required"),
+        ({"idColumn": "k"}, "a read has no option 'idcolumn'"),
+        ({"path": "other"}, "name different queues"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            check_read(Options({**base, **bad}))
+    # A batch read refuses a streaming read's option, and the other way round.
+    with pytest.raises(InvalidArgumentError, match="a batch read has no option 'leaseseconds'"):
+        ReadOptions.parse(Options({**base, "leaseSeconds": "5"}))
+    with pytest.raises(InvalidArgumentError, match="a streaming read has no option"):
+        StreamOptions.parse(Options({**base, "partitionSize": "5"}))
+    # The path names the queue: load("jobs").
+    assert StreamOptions.parse(Options({"url": base["url"], "path": "jobs"})).where.queue == "jobs"
+
+
+@spark_test
+def test_bad_options_fail_save_and_load_before_any_query_starts(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    df = spark.createDataFrame([("a", "x")], "k string, v string")
+    with pytest.raises(Exception, match="did you mean 'idColumn'"):
+        df.write.format(NAME).mode("append").option("url", redis_url).option(
+            "queue", "typo"
+        ).option("idColum", "k").save()
+    assert real_db.exists("typo:queue") == 0
+    stream = spark.readStream.format(NAME).option("url", redis_url)
+    with pytest.raises(Exception, match="'leaseSeconds' must be at least"):
+        stream.option("queue", "q").option("leaseSeconds", 0).load()
+    with pytest.raises(Exception, match="'renewSeconds' must be below"):
+        stream.option("queue", "q").option("leaseSeconds", 5).option("renewSeconds", 5).load()
+    with pytest.raises(Exception, match="'queue' is required"):
+        spark.readStream.format(NAME).option("url", redis_url).load()
+    with pytest.raises(Exception, match="did you mean 'maxItemsPerBatch'"):
+        spark.readStream.format(NAME).option("url", redis_url).option("queue", "q").option(
+            "maxOffsetsPerTrigger", 10
+        ).load()
+    # load("queue") names the queue.
+    WorkQueue(KeyPrefix("bypath")).add_item(real_db, Item(b"x", id="one"))
+    rows = spark.read.format(NAME).option("url", redis_url).load("bypath").collect()
+    assert [row.id for row in rows] == ["one"]
+
+
+# Bad rows ---------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_a_null_id_or_data_fails_the_task_before_it_adds_anything(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    secret = "s3cret-payload"
+    for rows, options, column in [
+        ([("a", secret), (None, secret), ("b", secret)], {"idColumn": "k"}, "idColumn 'k'"),
+        ([("a", secret), ("", secret), ("b", secret)], {"idColumn": "k"}, "idColumn 'k'"),
+        (
+            [("a", secret), ("n", None), ("b", secret)],
+            {"idColumn": "k", "dataColumn": "v"},
+            "dataColumn 'v'",
+        ),
+    ]:
+        df = spark.createDataFrame(rows, "k string, v string").coalesce(1)
+        write = df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "nul")
+        with pytest.raises(
+            Exception, match=f"row 1 of this task's partition has .*{column}"
+        ) as err:
+            write.options(**options).save()
+        assert secret not in str(err.value)
+        assert real_db.exists("nul:queue", "nul:item:a") == 0
+
+    df = spark.createDataFrame(
+        [("a", "1"), (None, "2"), ("b", None), ("c", "3")], "k string, v string"
+    ).coalesce(1)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "skip").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").option("badRows", "skip").save()
+    report = last_write(real_db, "skip")
+    assert (report.added, report.skipped, report.duplicates) == (2, 2, 0)
+    assert sorted(queue_ids(real_db, "skip")) == ["a", "c"]
+    with pytest.raises(Exception, match="'badRows' is 'fail'"):
+        df.write.format(NAME).mode("append").option("url", redis_url).option(
+            "queue", "skip"
+        ).option("badRows", "ignore").save()
+
+
+@spark_test
+def test_duplicate_ids_of_one_task_are_counted_and_the_first_row_wins(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    rows = [("a", "first"), ("b", "only"), ("a", "second"), ("a", "third")]
+    df = spark.createDataFrame(rows, "k string, v string").coalesce(1)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "dup").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").save()
+    report = last_write(real_db, "dup")
+    assert (report.added, report.existing, report.duplicates) == (2, 0, 2)
+    assert real_db.get("dup:item:a") == b"first"
+    assert sorted(queue_ids(real_db, "dup")) == ["a", "b"]
 
 
 @spark_test

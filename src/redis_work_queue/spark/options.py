@@ -7,9 +7,10 @@ fails the query before any task runs.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -45,6 +46,60 @@ def batch_key(queue: str, batch: str) -> str:
     return QueueKeys(KeyPrefix(queue)).spark_batch(batch)
 
 
+#: Options every read and write takes.
+COMMON_OPTIONS = ("url", "queue", "maxDeliveries")
+#: Options of a write (batch or streaming).
+WRITE_OPTIONS = (
+    "idColumn",
+    "dataColumn",
+    "delaySeconds",
+    "ttlSeconds",
+    "chunkSize",
+    "chunkBytes",
+    "reportKey",
+    "badRows",
+)
+#: Options of a batch read.
+READ_OPTIONS = ("partitionSize", "chunkSize", "chunkBytes")
+#: Options of a streaming read.
+STREAM_OPTIONS = (
+    "maxItemsPerBatch",
+    "leaseSeconds",
+    "renewSeconds",
+    "cleanSeconds",
+    "numPartitions",
+    "chunkSize",
+    "chunkBytes",
+)
+#: Options Spark itself adds: ``load(path)``/``save(path)`` (the queue) and a stream's checkpoint.
+SPARK_OPTIONS = ("path", "checkpointLocation")
+#: Names other sources use for what an option of this one does.
+FOREIGN_NAMES = {
+    "maxoffsetspertrigger": "maxItemsPerBatch",
+    "maxrecordspertrigger": "maxItemsPerBatch",
+    "maxitemspertrigger": "maxItemsPerBatch",
+    "maxfilespertrigger": "maxItemsPerBatch",
+    "host": "url",
+    "uri": "url",
+    "prefix": "queue",
+    "key": "queue",
+}
+
+
+def unknown_option_error(name: str, allowed: Iterable[str], what: str) -> InvalidArgumentError:
+    """The error for an option ``name`` that a ``what`` does not take, with the closest name."""
+    names = sorted(set(allowed), key=str.lower)
+    by_lower = {known.lower(): known for known in names}
+    guess = FOREIGN_NAMES.get(name.lower())
+    if guess is None or guess.lower() not in by_lower:
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+        guess = by_lower[close[0]] if close else None
+    hint = f"; did you mean {guess!r}?" if guess else ""
+    return InvalidArgumentError(
+        f"a {what} has no option {name!r}{hint} (its options: {', '.join(names)})"
+    )
+
+
 class Options:
     """Typed access to Spark's string options (names are case-insensitive).
 
@@ -54,6 +109,22 @@ class Options:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._options = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def check_names(self, allowed: Iterable[str], what: str) -> None:
+        """Refuse any option that is not in ``allowed`` (or added by Spark itself).
+
+        Args:
+            allowed: The option names a ``what`` takes.
+            what: What is being read or written, for the message (``batch write``...).
+
+        Raises:
+            InvalidArgumentError: An option is unknown; the message names the closest valid one.
+        """
+        known = [*COMMON_OPTIONS, *allowed]
+        lowered = {name.lower() for name in (*known, *SPARK_OPTIONS)}
+        for name in self._options:
+            if name not in lowered:
+                raise unknown_option_error(name, known, what)
 
     def text(self, name: str, default: str | None = None) -> str | None:
         """The option ``name`` as given, or ``default``."""
@@ -149,7 +220,17 @@ class QueueOptions:
         url = options.text("url") or os.environ.get("REDIS_URL")
         if not url:
             raise InvalidArgumentError("give the Redis URL with the option 'url' (or REDIS_URL)")
-        return cls(url, options.required("queue"), options.optional_integer("maxDeliveries"))
+        queue, path = options.text("queue"), options.text("path")
+        if queue and path and queue != path:
+            raise InvalidArgumentError(
+                f"the option 'queue' ({queue!r}) and the path ({path!r}) name different queues: "
+                "give one of them"
+            )
+        if not (queue or path):
+            raise InvalidArgumentError(
+                "the option 'queue' is required (or name the queue as the path: load('jobs'))"
+            )
+        return cls(url, queue or path or "", options.optional_integer("maxDeliveries"))
 
     def work_queue(self) -> WorkQueue:
         """The queue these options name."""
@@ -168,7 +249,11 @@ class WriteOptions:
             row, as compact JSON, the data.
         delay: Seconds each item is held back (``delaySeconds``), or None.
         ttl: Seconds each item lives (``ttlSeconds``), or None.
-        chunk_size: Rows per add (``chunkSize``); one script call per 500 items at most.
+        chunk_size: Most rows per add (``chunkSize``); one script call per 500 items at most.
+        chunk_bytes: Most bytes of data per add (``chunkBytes``).
+        skip_bad_rows: What a row with a null (or empty) id or null data does (``badRows``):
+            ``fail`` (False, the default) fails its task before it adds anything; ``skip``
+            (True) leaves the row out and counts it.
         report_key: The hash that receives the totals of each commit (``reportKey``; the empty
             string turns the report off).
     """
@@ -179,6 +264,8 @@ class WriteOptions:
     delay: float | None
     ttl: float | None
     chunk_size: int
+    chunk_bytes: int
+    skip_bad_rows: bool
     report_key: str | None
 
     @classmethod
@@ -186,11 +273,17 @@ class WriteOptions:
         """Read the options of a write.
 
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        options.check_names(WRITE_OPTIONS, "write")
         where = QueueOptions.parse(options)
         ttl = options.optional_number("ttlSeconds", minimum=0.001)
         report = options.text("reportKey")
+        bad_rows = (options.text("badRows") or "fail").lower()
+        if bad_rows not in ("fail", "skip"):
+            raise InvalidArgumentError(
+                f"the option 'badRows' is 'fail' (the default) or 'skip', not {bad_rows!r}"
+            )
         return cls(
             where=where,
             id_column=options.text("idColumn") or None,
@@ -198,6 +291,8 @@ class WriteOptions:
             delay=options.optional_number("delaySeconds"),
             ttl=ttl,
             chunk_size=options.integer("chunkSize", 500),
+            chunk_bytes=options.integer("chunkBytes", 4 << 20),
+            skip_bad_rows=bad_rows == "skip",
             report_key=report_key(where.queue) if report is None else (report or None),
         )
 
@@ -219,12 +314,18 @@ class ReadOptions:
     chunk_bytes: int
 
     @classmethod
-    def parse(cls, options: Options) -> ReadOptions:
+    def parse(cls, options: Options, strict: bool = True) -> ReadOptions:
         """Read the options of a batch read.
 
+        Args:
+            options: The options.
+            strict: Refuse options a batch read does not take.
+
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        if strict:
+            options.check_names(READ_OPTIONS, "batch read")
         return cls(
             where=QueueOptions.parse(options),
             partition_size=options.integer("partitionSize", 10_000),
@@ -259,12 +360,18 @@ class StreamOptions:
     chunk_bytes: int
 
     @classmethod
-    def parse(cls, options: Options) -> StreamOptions:
+    def parse(cls, options: Options, strict: bool = True) -> StreamOptions:
         """Read the options of a streaming read.
 
+        Args:
+            options: The options.
+            strict: Refuse options a streaming read does not take.
+
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        if strict:
+            options.check_names(STREAM_OPTIONS, "streaming read")
         lease = options.number("leaseSeconds", 60.0, minimum=0.01)
         renew = options.number("renewSeconds", lease / 3, minimum=0.005)
         if renew >= lease:
@@ -279,3 +386,17 @@ class StreamOptions:
             chunk_size=options.integer("chunkSize", 500),
             chunk_bytes=options.integer("chunkBytes", 4 << 20),
         )
+
+
+def check_read(options: Options) -> None:
+    """Check the options of a read, batch or streaming, when it is loaded.
+
+    ``load()`` does not say which kind of read it makes, so a name either kind takes passes
+    here; each kind refuses the other's names when its reader is made.
+
+    Raises:
+        InvalidArgumentError: An option is unknown to both kinds, missing or out of range.
+    """
+    options.check_names((*READ_OPTIONS, *STREAM_OPTIONS), "read")
+    ReadOptions.parse(options, strict=False)
+    StreamOptions.parse(options, strict=False)

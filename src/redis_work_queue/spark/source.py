@@ -14,6 +14,7 @@ from .options import (
     ReadOptions,
     StreamOptions,
     WriteOptions,
+    check_read,
 )
 from .reader import SnapshotReader
 from .stream import QueueStreamReader
@@ -60,7 +61,14 @@ class RedisWorkQueueDataSource(DataSource):
 
         ``id string, data binary, state string, deliveries int, lease_left double,
         reason string``.
+
+        Spark asks for it when a read is loaded, so the read's options are checked here: a bad
+        one fails ``load()``, not the query after ``start()``.
+
+        Raises:
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        check_read(Options(self.options))
         return SCHEMA
 
     def reader(self, schema: StructType) -> SnapshotReader:
