@@ -6,7 +6,9 @@ Java they skip, saying why, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pickle
@@ -483,6 +485,104 @@ def test_batch_read_agrees_with_inspection_and_stats(
     assert narrow.where("state = 'delayed'").count() == 4
     empty = spark.read.format(NAME).option("url", redis_url).option("queue", "none").load()
     assert empty.count() == 0
+
+
+def formatted_plan(frame: Any) -> str:
+    """What ``frame.explain("formatted")`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        frame.explain("formatted")
+    return out.getvalue()
+
+
+@spark_test
+def test_batch_read_pushes_state_and_id_filters_down_and_declares_non_null_columns(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    queue = WorkQueue(KeyPrefix("push"))
+    queue.add_items(real_db, [Item(f"q{n}", id=f"q{n}") for n in range(5)])
+    queue.lease_many(real_db, 300, 2, block=False)
+    queue.add_items(real_db, [Item("later", id="t0")], delay=600)
+    frame = spark.read.format(NAME).option("url", redis_url).option("queue", "push").load()
+    fields = {f.name: f.nullable for f in frame.schema.fields}
+    assert fields == {
+        "id": False,
+        "data": False,
+        "state": False,
+        "deliveries": False,
+        "lease_left": True,
+        "reason": True,
+    }
+
+    leased = frame.where("state = 'leased'")
+    assert "PushedFilters: [EqualTo(state,leased)]" in formatted_plan(leased)
+    assert sorted(r.id for r in leased.collect()) == ["q0", "q1"]
+    some = frame.where(col("id").isin("q3", "t0", "nope") & col("state").isin("queued", "dead"))
+    plan = formatted_plan(some)
+    assert "PushedFilters: [In(id, [nope,q3,t0]), In(state, [dead,queued])]" in plan, plan
+    assert "Filter" not in plan.split("PushedFilters")[0], plan
+    assert [(r.id, r.state) for r in some.collect()] == [("q3", "queued")]
+
+    # Column names in any case; data decoded as text or as JSON into the schema asked for.
+    WorkQueue(KeyPrefix("typed")).add_items(
+        real_db,
+        [
+            Item(json.dumps({"name": "é", "n": 1}), id="a"),
+            Item(b"\xff not json", id="b"),
+        ],
+    )
+    typed = (
+        spark.read.format(NAME)
+        .schema("ID string, Data struct<name: string, n: int>")
+        .option("url", redis_url)
+        .option("queue", "typed")
+        .load()
+    )
+    got = {r.ID: r.Data for r in typed.collect()}
+    assert got["a"].asDict() == {"name": "é", "n": 1} and got["b"] is None
+    text = (
+        spark.read.format(NAME)
+        .schema("id string, data string")
+        .option("url", redis_url)
+        .option("queue", "typed")
+        .load()
+        .where("id = 'a'")
+        .collect()
+    )
+    assert json.loads(text[0].data) == {"name": "é", "n": 1}
+
+
+@spark_test
+def test_binary_unicode_and_json_data_round_trip_byte_exact(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    payloads = {
+        "bin": bytes(range(256)) * 3,
+        "zero": b"",
+        "uni": "żółw 🐢 \u0000 κόσμε".encode(),
+        "json": json.dumps({"a": [1, 2.5, None], "é": {"x": True}}, ensure_ascii=False).encode(),
+    }
+    df = spark.createDataFrame(list(payloads.items()), "k string, v binary").repartition(2)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "exact").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").save()
+    for key, payload in payloads.items():
+        assert real_db.get(f"exact:item:{key}") == payload
+    rows = spark.read.format(NAME).option("url", redis_url).option("queue", "exact").load()
+    assert {r.id: bytes(r.data) for r in rows.collect()} == payloads
+
+    sink = Sink()
+    query = (
+        stream(spark, redis_url, "exact", leaseSeconds=30)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    got = {r.id: bytes(r.data) for rows in sink.batches.values() for r in rows}
+    assert got == payloads
+    assert drained(WorkQueue(KeyPrefix("exact")), real_db)
 
 
 # Streaming read ---------------------------------------------------------------------------------

@@ -20,17 +20,19 @@ from ..workqueue import WorkQueue
 
 T = TypeVar("T", int, float)
 
-#: Every column the reader can produce, and its Spark type.
+#: Every column the reader can produce, its Spark type, and whether it can be null.
 COLUMNS = {
-    "id": "string",
-    "data": "binary",
-    "state": "string",
-    "deliveries": "int",
-    "lease_left": "double",
-    "reason": "string",
+    "id": ("string", False),
+    "data": ("binary", False),
+    "state": ("string", False),
+    "deliveries": ("int", False),
+    "lease_left": ("double", True),
+    "reason": ("string", True),
 }
 #: The DDL schema of a read.
-SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+SCHEMA = ", ".join(
+    f"{name} {kind}{'' if nullable else ' not null'}" for name, (kind, nullable) in COLUMNS.items()
+)
 
 #: How long the report of the last write and the record of a leased batch are kept (seconds).
 KEEP_SECS = 7 * 24 * 3600

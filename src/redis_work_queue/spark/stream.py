@@ -56,7 +56,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from .. import scripts
 from ..item import Item, new_id
@@ -64,7 +66,7 @@ from ..protocol import run
 from ..scripts import raw_command
 from .calls import complete_held, connect, snapshot_page
 from .options import KEEP_SECS, StreamOptions, batch_key
-from .reader import row_of
+from .reader import Rows
 
 try:  # Spark 4.2 and later
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -326,14 +328,14 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         columns: The columns to produce, in order.
     """
 
-    def __init__(self, options: StreamOptions, columns: Sequence[str]) -> None:
+    def __init__(self, options: StreamOptions, schema: StructType) -> None:
         self.options = options
-        self.columns = tuple(columns)
+        self.schema = schema
         self._lessee: Lessee | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the options only: the driver's state never travels to the tasks."""
-        return {"options": self.options, "columns": self.columns, "_lessee": None}
+        return {"options": self.options, "schema": self.schema, "_lessee": None}
 
     def lessee(self) -> Lessee:
         """The driver's state, made on first use (the reader is created in several places)."""
@@ -360,10 +362,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Split the batch that ends at ``end`` over tasks."""
         return self.lessee().plan(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Emit the rows of one task's items, fetched in pages (runs in a task)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Emit one task's items, fetched in pages, one record batch a page (runs in a task)."""
         if not isinstance(partition, LeasedPartition) or not partition.items:
             return
+        rows = Rows(self.schema)
         ops = self.options.where.work_queue().ops
         deliveries = dict(partition.items)
         ids = [item_id for item_id, _ in partition.items]
@@ -371,13 +374,19 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             position = 0
             while position < len(ids):
-                page = ids[position : position + self.options.chunk_size]
+                wanted = ids[position : position + self.options.chunk_size]
                 examined, entries = run(
-                    db, snapshot_page(ops, "ids", self.options.chunk_bytes, *page)
+                    db, snapshot_page(ops, "ids", self.options.chunk_bytes, *wanted)
                 )
-                for entry in entries:
-                    ours = replace(entry, deliveries=deliveries.get(entry.id, entry.deliveries))
-                    yield row_of(ours, entry.state("processing"), self.columns)
+                page = [
+                    (
+                        replace(entry, deliveries=deliveries.get(entry.id, entry.deliveries)),
+                        entry.state("processing"),
+                    )
+                    for entry in entries
+                ]
+                if page:
+                    yield rows.batch(page)
                 position += max(examined, 1)
         finally:
             db.close()
