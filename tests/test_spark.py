@@ -35,6 +35,8 @@ try:
     from pyspark.java_gateway import ensure_callback_server_started
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, udf
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
@@ -728,7 +730,8 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
         release.set()
     stopper.join(SPARK_WAIT)
     assert not query.isActive
-    # The interrupted batch's items are still leased: nothing completed them, nothing lost them.
+    # Spark ends the source's process on query.stop() without calling its stop(): the
+    # interrupted batch's items stay leased. Nothing completed them, nothing lost them.
     stats = queue.stats(real_db)
     assert (stats.leased, stats.queued) == (100, 300), stats
     assert {p.id for p in queue.pending(real_db, 0, 1000) if not p.expired} == set(interrupted)
@@ -750,8 +753,9 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
     finally:
         query.stop()
     assert query.exception() is None
-    # Spark replayed batch 2 from the checkpoint: the same items, still leased to the query.
+    # Spark replayed batch 2 from the checkpoint: the same items, their leases renewed.
     assert {row.id for row in second.batches[2]} == set(interrupted)
+    assert {row.deliveries for row in second.batches[2]} == {1}
     written.extend(second.ids())
     counts = Counter(written)
     assert set(counts) == all_ids, f"lost: {sorted(all_ids - set(counts))[:10]}"
@@ -761,12 +765,71 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
     assert not real_db.keys("crash:spark:*")
 
 
+@spark_test
+def test_streaming_progress_shows_the_backlog_and_trigger_once_is_refused(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("progress"))
+    queue.add_items(real_db, [Item(str(n), id=f"p{n}") for n in range(30)])
+    queue.add_items(real_db, [Item("later", id="later")], delay=600)
+    query = (
+        stream(spark, redis_url, "progress", maxItemsPerBatch=10)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    progress = query.recentProgress
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [10, 10, 10]
+    source = progress[-1]["sources"][0]
+    end, backlog = (
+        json.loads(value) if isinstance(value, str) else value
+        for value in (source["endOffset"], source["latestOffset"])
+    )
+    assert (end["queue"], end["leased"]) == ("progress", 30)
+    assert (backlog["queued"], backlog["delayed"], backlog["dead"]) == (0, 1, 0)
+    assert drained(queue, real_db)
+
+    queue.add_items(real_db, [Item("x", id="once")])
+    once = (
+        stream(spark, redis_url, "progress")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "once"))
+        .trigger(once=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="availableNow"):
+        once.awaitTermination(SPARK_WAIT)
+    assert queue.stats(real_db).queued == 1  # nothing was leased
+
+
 # The stream reader's contract, driven directly (no Spark engine) --------------------------------
 
 
 def stream_reader(url: str, queue: str, **options: Any) -> Any:
     given = {"url": url, "queue": queue, **{k: str(v) for k, v in options.items()}}
-    return QueueStreamReader(StreamOptions.parse(Options(given)), ["id", "data", "deliveries"])
+    schema = StructType(
+        [
+            StructField("id", StringType(), False),
+            StructField("data", BinaryType(), False),
+            StructField("deliveries", IntegerType(), False),
+        ]
+    )
+    return QueueStreamReader(StreamOptions.parse(Options(given)), schema)
+
+
+def read_rows(reader: Any, parts: Any) -> list[tuple[Any, ...]]:
+    """What the tasks of ``parts`` emit, each run on a pickled copy of the reader."""
+    task = pickle.loads(pickle.dumps(reader))
+    assert task._lessee is None  # the driver's state never travels
+    return [
+        tuple(row.values())
+        for part in parts
+        for batch in task.read(pickle.loads(pickle.dumps(part)))
+        for row in batch.to_pylist()
+    ]
 
 
 @spark_test
@@ -781,7 +844,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
     replay = stream_reader(redis_url, "unit", **options)
     try:
         start = reader.initialOffset()
-        assert start == {"batch": "", "items": 0}
+        assert start == {"queue": "unit", "batch": "", "items": 0, "leased": 0}
         end = reader.latestOffset(start, None)
         assert end["items"] == 10
         assert json.loads(json.dumps(end)) == end
@@ -789,9 +852,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
         parts = reader.partitions(start, end)
         assert len(parts) == 3
         # Tasks get a pickled copy of the reader, without the driver's state.
-        task = pickle.loads(pickle.dumps(reader))
-        assert task._lessee is None
-        rows = [row for part in parts for row in task.read(pickle.loads(pickle.dumps(part)))]
+        rows = read_rows(reader, parts)
         assert rows == [(f"u{n:02}", f"x{n}".encode(), 1) for n in range(10)]
 
         time.sleep(1.5)  # well past the lease: the driver renews it
@@ -799,6 +860,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
         # A driver that restarts replays the batch from its record in Redis.
         replayed = replay.partitions(start, end)
         assert [i for part in replayed for i, _ in part.items] == [r[0] for r in rows]
+        assert read_rows(replay, replayed) == rows  # read again from Redis
 
         # Spark asks for the next offset once it has written the batch: it is completed.
         after = reader.latestOffset(end, None)
@@ -846,6 +908,77 @@ def test_stream_reader_without_a_start_offset_and_with_lost_leases(
         assert sorted(queue_ids(real_db, "old")) == [f"l{n}" for n in range(4)]
     finally:
         reader.stop()
+
+
+@spark_test
+def test_stream_reader_honours_read_limits_reports_backlog_and_refuses_trigger_once(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("steer"))
+    queue.add_items(real_db, [Item(str(n), id=f"s{n:02}") for n in range(20)])
+    queue.add_items(real_db, [Item("later", id="later")], delay=600)
+    reader = stream_reader(redis_url, "steer", maxItemsPerBatch=8, cleanSeconds=0)
+    try:
+        assert reader.getDefaultReadLimit() == ReadMaxRows(8)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(3))  # Spark may admit fewer
+        assert (end["queue"], end["items"], end["leased"]) == ("steer", 3, 3)
+        backlog = reader.reportLatestOffset()
+        assert {k: backlog[k] for k in ("queue", "queued", "leased", "delayed", "dead")} == {
+            "queue": "steer",
+            "queued": 17,
+            "leased": 3,
+            "delayed": 1,
+            "dead": 0,
+        }
+        assert backlog["in_batches"] == 3 and "oldest_queued_secs" not in backlog
+        nxt = reader.latestOffset(end, reader.getDefaultReadLimit())
+        assert (nxt["items"], nxt["leased"]) == (8, 11)
+        # Trigger.Once asks for everything without preparing for availableNow: refused.
+        with pytest.raises(InvalidArgumentError, match=r"availableNow"):
+            reader.latestOffset(nxt, ReadAllAvailable())
+    finally:
+        reader.stop()
+    # Fresh ids are UUIDv7: their age is reported.
+    aged = WorkQueue(KeyPrefix("aged"))
+    aged.add_item(real_db, Item("x"))
+    reader = stream_reader(redis_url, "aged")
+    try:
+        assert 0 <= reader.reportLatestOffset()["oldest_queued_secs"] < 60
+    finally:
+        reader.stop()
+
+
+@spark_test
+def test_a_stopped_stream_reader_gives_its_items_back_and_a_restart_replays_them(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("back"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"b{n}") for n in range(10)])
+    reader = stream_reader(redis_url, "back", maxItemsPerBatch=4, cleanSeconds=0)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    first = read_rows(reader, reader.partitions(start, end))
+    reader.stop()  # a clean stop before Spark committed the batch
+    stats = queue.stats(real_db)
+    assert (stats.queued, stats.leased) == (10, 0)
+    assert {deliveries for _, _, deliveries in first} == {1}
+    assert real_db.exists(f"back:spark:batch:{end['batch']}")  # kept for the replay
+
+    again = stream_reader(redis_url, "back", maxItemsPerBatch=4, cleanSeconds=0)
+    try:
+        replayed = read_rows(again, again.partitions(start, end))
+        assert replayed == first  # the same items, delivered once as far as the queue knows
+        assert queue.stats(real_db).leased == 4
+        after = again.latestOffset(end, None)  # Spark wrote the replay: it is completed
+        assert after["items"] == 4
+        remaining = {i.decode() for i in real_db.lrange("back:queue", 0, -1)}
+        assert remaining.isdisjoint(r[0] for r in first)
+    finally:
+        again.stop()
+    assert queue.stats(real_db).queued == 6  # the second batch was given back too
 
 
 @spark_test

@@ -342,7 +342,7 @@ class StreamOptions:
 
     Attributes:
         where: The queue.
-        max_items: Most items leased per micro-batch (``maxItemsPerBatch``).
+        max_items: Most items leased per micro-batch (``maxItemsPerBatch``; 10,000).
         lease_secs: Length of each lease (``leaseSeconds``); renewed while the batch runs.
         renew_secs: Seconds between renewals (``renewSeconds``; a third of the lease).
         clean_secs: Seconds between light cleans run by the query (``cleanSeconds``; the lease
@@ -380,7 +380,7 @@ class StreamOptions:
             raise InvalidArgumentError("the option 'renewSeconds' must be below 'leaseSeconds'")
         return cls(
             where=QueueOptions.parse(options),
-            max_items=options.integer("maxItemsPerBatch", 1000),
+            max_items=options.integer("maxItemsPerBatch", 10_000),
             lease_secs=lease,
             renew_secs=renew,
             clean_secs=options.number("cleanSeconds", lease),
