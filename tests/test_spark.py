@@ -30,6 +30,13 @@ from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.errors import InvalidArgumentError
 from redis_work_queue.ops import QueueStats
 from redis_work_queue.protocol import run
+from servers import (  # noqa: F401 (the fixtures)
+    Cluster,
+    SentinelSetup,
+    cluster_db_fixture,
+    cluster_fixture,
+    sentinel_setup_fixture,
+)
 
 try:
     from pyspark.java_gateway import ensure_callback_server_started
@@ -40,9 +47,10 @@ try:
 
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
-    from redis_work_queue.spark.calls import complete_held
+    from redis_work_queue.spark.calls import complete_held, connect
     from redis_work_queue.spark.options import (
         Options,
+        QueueOptions,
         ReadOptions,
         StreamOptions,
         WriteOptions,
@@ -585,6 +593,109 @@ def test_binary_unicode_and_json_data_round_trip_byte_exact(
     got = {r.id: bytes(r.data) for rows in sink.batches.values() for r in rows}
     assert got == payloads
     assert drained(WorkQueue(KeyPrefix("exact")), real_db)
+
+
+# Deployments ------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_a_cluster_backed_queue_is_written_read_and_drained(
+    spark: Any, cluster: Cluster, cluster_db: Any, tmp_path: Path
+) -> None:
+    url = f"redis://127.0.0.1:{cluster.primaries()[0].port}/0"
+    with pytest.raises(Exception, match=r"hash tag.*\{jobs\}"):
+        spark.read.format(NAME).option("url", url).option("cluster", "true").load("jobs")
+    queue_name = "{spark-jobs}"
+    df = spark.range(60, numPartitions=2).selectExpr("concat('c', id) AS id", "id AS n")
+    df.write.format(NAME).mode("append").option("url", url).option("cluster", "true").option(
+        "queue", queue_name
+    ).option("idColumn", "id").save()
+    queue = WorkQueue(KeyPrefix(queue_name))
+    assert queue.queue_len(cluster_db) == 60
+    report = last_write(cluster_db, queue_name)
+    assert (report.added, report.existing) == (60, 0)
+    snapshot = (
+        spark.read.format(NAME)
+        .option("url", url)
+        .option("cluster", "true")
+        .load(queue_name)
+        .where("state = 'queued'")
+    )
+    assert snapshot.count() == 60
+    sink = Sink()
+    query = (
+        stream(spark, url, queue_name, cluster="true", maxItemsPerBatch=25)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    assert sorted(sink.ids()) == sorted(f"c{n}" for n in range(60))
+    stats = queue.stats(cluster_db)
+    assert stats.queued == stats.leased == stats.expired == 0
+
+
+@spark_test
+def test_sentinel_and_password_options_reach_the_server(
+    sentinel_setup: SentinelSetup, redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    primary = sentinel_setup.pair.primary
+    host, port = sentinel_setup.address
+    where = QueueOptions.parse(
+        Options({"sentinels": f"{host}:{port}", "sentinelMaster": "mymaster", "queue": "s"})
+    )
+    db = connect(where)
+    try:
+        db.set("s:probe", "1")
+        assert primary.admin().get("s:probe") in (b"1", "1")
+    finally:
+        db.close()
+
+    real_db.execute_command("ACL", "SETUSER", "sparkuser", "on", ">s3cret", "~*", "+@all")
+    try:
+        bare = redis_url  # no credentials in it: they come from the options
+        where = QueueOptions.parse(
+            Options({"url": bare, "queue": "p", "username": "sparkuser", "password": "s3cret"})
+        )
+        db = connect(where)
+        try:
+            assert db.acl_whoami() in (b"sparkuser", "sparkuser")
+        finally:
+            db.close()
+        assert "s3cret" not in repr(where)
+        with pytest.raises(redis.AuthenticationError):
+            connect(
+                QueueOptions.parse(
+                    Options(
+                        {
+                            **{"url": bare, "queue": "p"},
+                            "username": "sparkuser",
+                            "password": "wrong",
+                        }
+                    )
+                )
+            ).ping()
+    finally:
+        real_db.execute_command("ACL", "DELUSER", "sparkuser")
+
+    tls = connect(
+        QueueOptions.parse(
+            Options({"url": "rediss://127.0.0.1:1/0", "queue": "t", "tlsCaCerts": "/ca.pem"})
+        )
+    )
+    kwargs = tls.connection_pool.connection_kwargs
+    assert kwargs["ssl_ca_certs"] == "/ca.pem"
+    assert tls.connection_pool.connection_class.__name__ == "SSLConnection"
+    for bad, message in [
+        ({"cluster": "yes"}, "'cluster' is 'true' or 'false'"),
+        ({"sentinels": "nohost"}, "list of host:port"),
+        ({"cluster": "true", "sentinels": "h:1"}, "not both"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            QueueOptions.parse(Options({"url": "redis://h:1/0", "queue": "{q}", **bad}))
 
 
 # Streaming read ---------------------------------------------------------------------------------

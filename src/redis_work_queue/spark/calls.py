@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
+from redis import Redis, RedisCluster
+from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 from .. import scripts
 from ..ops import QueueOps, decode
 from ..protocol import ScriptCall, Steps
+from .options import QueueOptions
 
 #: The parts of a queue a snapshot reads, and the state of the items in each.
 PARTS = ("queue", "processing", "delayed", "dead")
@@ -23,10 +25,27 @@ PARTS = ("queue", "processing", "delayed", "dead")
 COMPLETE_CHUNK = 500
 
 
-def connect(url: str) -> Redis:
-    """Open a client for ``url`` (its replies are never decoded by the calls of this package)."""
-    client: Redis = Redis.from_url(url)
-    return client
+def connect(where: QueueOptions) -> Any:
+    """Open a client for the queue's server: a node, a Redis Cluster, or Sentinel's primary.
+
+    Its replies are never decoded by the calls of this package.
+    """
+    extra: dict[str, Any] = {}
+    if where.username is not None:
+        extra["username"] = where.username
+    if where.password is not None:
+        extra["password"] = where.password
+    if where.tls_ca_certs is not None:
+        extra["ssl_ca_certs"] = where.tls_ca_certs
+    if where.sentinels is not None:
+        # The primary's credentials (and TLS) go to the primary; the Sentinels take none.
+        sentinel = Sentinel(list(where.sentinels))  # type: ignore[no-untyped-call]
+        if where.tls_ca_certs is not None or where.url.startswith("rediss://"):
+            extra["connection_class"] = SentinelManagedSSLConnection
+        return sentinel.master_for(where.sentinel_master, **extra)  # type: ignore[no-untyped-call]
+    if where.cluster:
+        return RedisCluster.from_url(where.url, **extra)
+    return Redis.from_url(where.url, **extra)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .. import cluster
 from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
@@ -49,7 +50,17 @@ def batch_key(queue: str, batch: str) -> str:
 
 
 #: Options every read and write takes.
-COMMON_OPTIONS = ("url", "queue", "maxDeliveries")
+COMMON_OPTIONS = (
+    "url",
+    "queue",
+    "maxDeliveries",
+    "cluster",
+    "sentinels",
+    "sentinelMaster",
+    "username",
+    "password",
+    "tlsCaCerts",
+)
 #: Options of a write (batch or streaming).
 WRITE_OPTIONS = (
     "idColumn",
@@ -197,31 +208,57 @@ class Options:
         return default if value is None else value
 
 
+def _flag(options: Options, name: str) -> bool:
+    value = (options.text(name) or "false").lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"the option {name!r} is 'true' or 'false', not {value!r}")
+    return value == "true"
+
+
 @dataclass(frozen=True)
 class QueueOptions:
-    """Where the queue is.
+    """Where the queue is, and how every task connects to it.
 
     Attributes:
         url: The Redis URL (``url`` option, else the ``REDIS_URL`` environment variable of the
-            driver), opened with ``redis.Redis.from_url`` in every task.
-        queue: The queue's key prefix (``queue`` option).
+            driver): ``redis://`` or ``rediss://`` (TLS), with a password if need be; opened with
+            ``from_url`` in every task. Without ``sentinels``, it is required.
+        queue: The queue's key prefix (``queue`` option, or the path of ``load``/``save``).
         max_deliveries: The queue's delivery limit (``maxDeliveries``), or None.
+        cluster: The URL names a node of a Redis Cluster (``cluster``: true or false); the queue
+            must then be hash-tagged (``{jobs}``) so that its keys share a slot.
+        sentinels: ``host:port`` of Sentinels (``sentinels``, comma-separated), which name the
+            primary of ``sentinel_master``; None without Sentinel.
+        sentinel_master: The service name Sentinel knows the primary by (``sentinelMaster``).
+        username: The ACL user (``username``), or None (the URL's, if any).
+        password: The password (``password``), or None (the URL's, if any).
+        tls_ca_certs: A CA bundle to check the server's certificate with (``tlsCaCerts``; a
+            ``rediss://`` URL turns TLS on).
     """
 
     url: str
     queue: str
     max_deliveries: int | None
+    cluster: bool = False
+    sentinels: tuple[tuple[str, int], ...] | None = None
+    sentinel_master: str = "mymaster"
+    username: str | None = None
+    password: str | None = None
+    tls_ca_certs: str | None = None
 
     @classmethod
     def parse(cls, options: Options) -> QueueOptions:
         """Read the options shared by reads and writes.
 
         Raises:
-            InvalidArgumentError: No URL, no queue, or a bad ``maxDeliveries``.
+            InvalidArgumentError: No URL (nor Sentinels), no queue, or a bad option.
         """
-        url = options.text("url") or os.environ.get("REDIS_URL")
-        if not url:
-            raise InvalidArgumentError("give the Redis URL with the option 'url' (or REDIS_URL)")
+        sentinels = cls._sentinels(options.text("sentinels"))
+        url = options.text("url") or os.environ.get("REDIS_URL") or ""
+        if not url and sentinels is None:
+            raise InvalidArgumentError(
+                "give the Redis URL with the option 'url' (or REDIS_URL), or 'sentinels'"
+            )
         queue, path = options.text("queue"), options.text("path")
         if queue and path and queue != path:
             raise InvalidArgumentError(
@@ -232,11 +269,63 @@ class QueueOptions:
             raise InvalidArgumentError(
                 "the option 'queue' is required (or name the queue as the path: load('jobs'))"
             )
-        return cls(url, queue or path or "", options.optional_integer("maxDeliveries"))
+        clustered = _flag(options, "cluster")
+        if clustered and sentinels is not None:
+            raise InvalidArgumentError("give 'cluster' or 'sentinels', not both")
+        made = cls(
+            url=url,
+            queue=queue or path or "",
+            max_deliveries=options.optional_integer("maxDeliveries"),
+            cluster=clustered,
+            sentinels=sentinels,
+            sentinel_master=options.text("sentinelMaster") or "mymaster",
+            username=options.text("username") or None,
+            password=options.text("password") or None,
+            tls_ca_certs=options.text("tlsCaCerts") or None,
+        )
+        if clustered and not cluster.same_slot(_queue_keys(made.queue)):
+            raise InvalidArgumentError(
+                f"on Redis Cluster the queue needs a hash tag so that its keys share a slot: "
+                f"name it {{{made.queue}}} rather than {made.queue!r}"
+            )
+        return made
+
+    @staticmethod
+    def _sentinels(text: str | None) -> tuple[tuple[str, int], ...] | None:
+        if not text:
+            return None
+        found = []
+        for part in text.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidArgumentError(
+                    f"the option 'sentinels' is a list of host:port, not {text!r}"
+                )
+            found.append((host, int(port)))
+        return tuple(found)
+
+    def __repr__(self) -> str:
+        """The options, with the password and the URL's credentials hidden."""
+        return (
+            f"QueueOptions(url={_hide(self.url)!r}, queue={self.queue!r}, "
+            f"cluster={self.cluster}, sentinels={self.sentinels})"
+        )
 
     def work_queue(self) -> WorkQueue:
         """The queue these options name."""
         return WorkQueue(KeyPrefix(self.queue), max_deliveries=self.max_deliveries)
+
+
+def _queue_keys(queue: str) -> list[str]:
+    keys = QueueKeys(KeyPrefix(queue))
+    return [keys.queue, keys.processing, keys.delayed, keys.dead, keys.spark_write]
+
+
+def _hide(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return scheme + sep + rest
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class SnapshotReader(DataSourceReader):
             "dead": ("ZCARD", keys.dead),
         }
         parts = self._parts()
-        db = connect(self.options.where.url)
+        db = connect(self.options.where)
         try:
             sizes = {part: int(raw_command(db, *lengths[part])) for part in parts}
         finally:
@@ -189,7 +189,7 @@ class SnapshotReader(DataSourceReader):
             return  # an empty queue: Spark still runs one task, with no range
         rows = Rows(self.schema)
         ops = self.options.where.work_queue().ops
-        db = connect(self.options.where.url)
+        db = connect(self.options.where)
         try:
             position = partition.start
             while position < partition.stop:

@@ -145,7 +145,7 @@ class Lessee:
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self.queue = options.where.work_queue()
-        self.db = connect(options.where.url)
+        self.db = connect(options.where)
         self.lock = threading.Lock()
         #: The items of each batch not yet completed.
         self.batches: dict[str, list[Held]] = {}
@@ -569,7 +569,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ops = self.options.where.work_queue().ops
         deliveries = dict(partition.items)
         ids = [item_id for item_id, _ in partition.items]
-        db = connect(self.options.where.url)
+        db = connect(self.options.where)
         try:
             position = 0
             while position < len(ids):

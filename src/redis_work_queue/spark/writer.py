@@ -226,7 +226,7 @@ def add_rows(
         return counts
     queue = options.where.work_queue()
     unique = rows_to_items.id_index is None  # fresh ids: no existence check needed
-    db = connect(options.where.url)
+    db = connect(options.where)
     try:
 
         def flush(chunk: list[Item]) -> None:
@@ -290,7 +290,7 @@ def _report(
         "batch_id": "" if batch_id is None else batch_id,
         "committed_at": f"{time.time():.3f}",
     }
-    db = connect(options.where.url)
+    db = connect(options.where)
     try:
         pipe = db.pipeline(transaction=True)
         pipe.delete(options.report_key)
