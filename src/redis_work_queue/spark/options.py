@@ -340,7 +340,8 @@ class WriteOptions:
             row, as compact JSON, the data.
         delay: Seconds each item is held back (``delaySeconds``), or None.
         ttl: Seconds each item lives (``ttlSeconds``), or None.
-        chunk_size: Most rows per add (``chunkSize``); one script call per 500 items at most.
+        chunk_size: Most rows per add (``chunkSize``; 5000); one script call per 500 items at
+            most.
         chunk_bytes: Most bytes of data per add (``chunkBytes``).
         skip_bad_rows: What a row with a null (or empty) id or null data does (``badRows``):
             ``fail`` (False, the default) fails its task before it adds anything; ``skip``
@@ -381,7 +382,7 @@ class WriteOptions:
             data_column=options.text("dataColumn") or None,
             delay=options.optional_number("delaySeconds"),
             ttl=ttl,
-            chunk_size=options.integer("chunkSize", 500),
+            chunk_size=options.integer("chunkSize", 5000),
             chunk_bytes=options.integer("chunkBytes", 4 << 20),
             skip_bad_rows=bad_rows == "skip",
             report_key=report_key(where.queue) if report is None else (report or None),
