@@ -200,7 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows written and drained")
     parser.add_argument("--batch", type=int, default=50_000, help="maxItemsPerBatch to try")
-    parser.add_argument("--chunk", type=int, default=5_000, help="chunkSize of a write to try")
+    parser.add_argument("--chunk", type=int, default=20_000, help="chunkSize of a write to try")
     parser.add_argument("--partitions", type=int, default=2, help="Spark partitions (and cores)")
     args = parser.parse_args()
     rows, parts = args.rows, args.partitions

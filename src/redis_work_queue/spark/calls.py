@@ -16,7 +16,7 @@ from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 from .. import scripts
 from ..ops import QueueOps, decode
-from ..protocol import ScriptCall, Steps
+from ..protocol import Steps
 from .options import QueueOptions
 
 #: The parts of a queue a snapshot reads, and the state of the items in each.
@@ -75,10 +75,6 @@ class Entry:
         return part
 
 
-def _script_call(ops: QueueOps, name: str, *args: scripts.Arg) -> ScriptCall:
-    return ops._call(name, *args)
-
-
 def snapshot_page(
     ops: QueueOps, part: str, max_bytes: int, *args: scripts.Arg
 ) -> Steps[tuple[int, list[Entry]]]:
@@ -93,7 +89,7 @@ def snapshot_page(
     Returns:
         How many entries were looked at, and the items among them.
     """
-    examined, rows = yield _script_call(ops, "snapshot", part, max_bytes, *args)
+    examined, rows = yield ops.script_call("snapshot", part, max_bytes, *args)
     entries = [
         Entry(
             decode(raw_id),
@@ -122,6 +118,6 @@ def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
         fields: list[scripts.Arg] = []
         for item_id, token in held[start : start + COMPLETE_CHUNK]:
             fields += (item_id, token)
-        flags: Any = yield _script_call(ops, "complete_held", *fields)
+        flags: Any = yield ops.script_call("complete_held", *fields)
         done += sum(int(flag) for flag in flags)
     return done
