@@ -637,6 +637,18 @@ def test_a_cluster_backed_queue_is_written_read_and_drained(
     assert stats.queued == stats.leased == stats.expired == 0
 
 
+def test_renew_many_and_give_back_on_redis_cluster(cluster_db: Any) -> None:
+    # The streaming read's driver renews and gives back many leases at once on any deployment.
+    queue = WorkQueue(KeyPrefix("{renew}"))
+    queue.add_items(cluster_db, [Item(str(n), id=f"r{n}") for n in range(5)])
+    items = queue.lease_many(cluster_db, 1, 5, block=False)
+    assert queue.renew_many(cluster_db, items, 30) == [True] * 5
+    assert cluster_db.pttl("{renew}:lease:r0") > 29_000
+    assert queue.give_back(cluster_db, items[:3]) == [True] * 3
+    stats = queue.stats(cluster_db)
+    assert (stats.queued, stats.leased) == (3, 2)
+
+
 @spark_test
 def test_sentinel_and_password_options_reach_the_server(
     sentinel_setup: SentinelSetup, redis_url: str, real_db: redis.Redis
