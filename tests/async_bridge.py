@@ -100,6 +100,12 @@ class BlockingAsyncQueue(WorkQueue):
     def release(self, db: Any, *a: Any, **k: Any) -> Any:
         return self._call("release", db, *a, **k)
 
+    def renew_many(self, db: Any, *a: Any, **k: Any) -> Any:
+        return self._call("renew_many", db, *a, **k)
+
+    def give_back(self, db: Any, *a: Any, **k: Any) -> Any:
+        return self._call("give_back", db, *a, **k)
+
     def complete(self, db: Any, *a: Any, **k: Any) -> Any:
         return self._call("complete", db, *a, **k)
 

@@ -100,6 +100,41 @@ def test_renew_extends_a_held_lease(db: redis.Redis, queue: WorkQueue) -> None:
     assert deliveries_of(db, P, "a") == 1  # renewing is not a delivery
 
 
+def test_renew_many_extends_the_leases_still_held(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_items(db, [Item(b"d", id=str(n)) for n in range(5)])
+    items = queue.lease_many(db, 1, 5, block=False)
+    lost = items[4]
+    assert queue.complete(db, lost)
+    assert queue.renew_many(db, items, 50) == [True, True, True, True, False]
+    for item in items[:4]:
+        assert 49_000 < db.pttl(f"{P}:lease:{item.id()}") <= 50_000
+        assert deliveries_of(db, P, item.id()) == 1
+    assert queue.renew_many(db, [], 50) == []
+    assert queue.renew_many(db, items[:1], 20) == [True]
+    with pytest.raises(InvalidArgumentError):
+        queue.renew_many(db, [items[0], Item(b"never leased")], 50)
+    assert db.pttl(f"{P}:lease:{items[0].id()}") <= 20_000  # nothing was sent
+    with pytest.raises(InvalidArgumentError):
+        queue.renew_many(db, items, 0)
+
+
+def test_give_back_returns_items_uncounted_to_the_leasing_end(
+    db: redis.Redis, queue_kind: Callable[..., WorkQueue]
+) -> None:
+    queue = queue_kind(KeyPrefix(P), max_deliveries=1)
+    queue.add_items(db, [Item(b"d", id=str(n)) for n in range(4)])
+    items = queue.lease_many(db, 30, 3, block=False)  # 0, 1, 2: each at its last delivery
+    assert queue.complete(db, items[2])
+    assert queue.give_back(db, items, reason="stopping") == [True, True, False]
+    assert lrange(db, f"{P}:processing") == []
+    assert {deliveries_of(db, P, i.id()) for i in items[:2]} == {0}
+    # Back at the leasing end, before the item that was never leased, and not buried.
+    again = queue.lease_many(db, 30, 3, block=False)
+    assert sorted(i.id() for i in again[:2]) == ["0", "1"] and again[2].id() == "3"
+    assert queue.dead_count(db) == 0
+    assert queue.give_back(db, []) == []
+
+
 def test_renew_keeps_a_lease_alive_past_its_first_expiry(
     bytes_db: redis.Redis, queue: WorkQueue
 ) -> None:

@@ -6,7 +6,9 @@ Java they skip, saying why, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pickle
@@ -25,18 +27,35 @@ import redis
 
 from helpers import wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue
+from redis_work_queue.errors import InvalidArgumentError
 from redis_work_queue.ops import QueueStats
 from redis_work_queue.protocol import run
+from servers import (  # noqa: F401 (the fixtures)
+    Cluster,
+    SentinelSetup,
+    cluster_db_fixture,
+    cluster_fixture,
+    sentinel_setup_fixture,
+)
 
 try:
     from pyspark.java_gateway import ensure_callback_server_started
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, udf
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
-    from redis_work_queue.spark.calls import complete_held
-    from redis_work_queue.spark.options import Options, StreamOptions
+    from redis_work_queue.spark.calls import complete_held, connect
+    from redis_work_queue.spark.options import (
+        Options,
+        QueueOptions,
+        ReadOptions,
+        StreamOptions,
+        WriteOptions,
+        check_read,
+    )
     from redis_work_queue.spark.stream import QueueStreamReader
 except ImportError:  # the tests that need them skip (under CI=true: fail) in require()
     pass
@@ -150,14 +169,14 @@ def test_batch_write_lands_every_row_once_and_a_rerun_adds_none(
 
 
 @spark_test
-def test_a_task_that_fails_once_and_is_retried_adds_no_duplicate(
+def test_a_task_that_fails_once_and_is_retried_adds_each_row_once(
     spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
 ) -> None:
     marker = str(tmp_path / "failed-once")
 
     def job_id(n):  # no type hints: Spark would read them as a pandas UDF's
-        # The first attempt at row 7000 gives it no id, so the writer fails in the middle of
-        # partition 1, after adding that partition's first 2000 rows; the retry gives the id.
+        # The first attempt at row 7000 gives it no id, so the task of partition 1 fails while
+        # it checks its rows, before it adds any; the retry gives the id.
         if n == 7000 and not os.path.exists(marker):
             Path(marker).touch()
             return None
@@ -176,12 +195,149 @@ def test_a_task_that_fails_once_and_is_retried_adds_no_duplicate(
     )
     assert os.path.exists(marker), "the injected failure did not happen"
     report = last_write(real_db, "retry")
-    # The retry found what the failed attempt had added: those rows were not added twice.
-    assert report.existing >= 1000, report
-    assert report.added + report.existing == 10_000
+    # The failed attempt added nothing: the retry found none of its rows there already.
+    assert (report.added, report.existing, report.skipped) == (10_000, 0, 0), report
     queued = queue_ids(real_db, "retry")
     assert len(queued) == 10_000
     assert set(queued) == {f"job-{n}" for n in range(10_000)}
+
+
+# Options ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "typo", "meant"),
+    [
+        ("write", "idColum", "idColumn"),
+        ("write", "dataColum", "dataColumn"),
+        ("write", "delaySecond", "delaySeconds"),
+        ("read", "partitionSise", "partitionSize"),
+        ("stream", "maxItemsPerBach", "maxItemsPerBatch"),
+        ("stream", "maxOffsetsPerTrigger", "maxItemsPerBatch"),
+        ("load", "leaseSecond", "leaseSeconds"),
+    ],
+)
+def test_an_unknown_option_is_refused_with_the_closest_name(
+    kind: str, typo: str, meant: str
+) -> None:
+    require(java=False)
+    parse = {
+        "write": WriteOptions.parse,
+        "read": ReadOptions.parse,
+        "stream": StreamOptions.parse,
+        "load": check_read,
+    }[kind]
+    given = {"url": "redis://127.0.0.1:1/0", "queue": "q", typo: "7"}
+    with pytest.raises(
+        InvalidArgumentError, match=rf"no option '{typo.lower()}'; did you mean '{meant}'"
+    ):
+        parse(Options(given))
+    # The right name passes, as does what Spark adds itself.
+    parse(Options({"url": given["url"], "queue": "q", meant: "7", "checkpointLocation": "/c"}))
+
+
+def test_options_of_a_streaming_read_are_checked_as_a_whole() -> None:
+    require(java=False)
+    base = {"url": "redis://127.0.0.1:1/0", "queue": "q"}
+    for bad, message in [
+        ({"leaseSeconds": "0"}, "'leaseSeconds' must be at least"),
+        ({"leaseSeconds": "10", "renewSeconds": "10"}, "'renewSeconds' must be below"),
+        ({"queue": ""}, "'queue' is required"),
+        ({"idColumn": "k"}, "a read has no option 'idcolumn'"),
+        ({"path": "other"}, "name different queues"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            check_read(Options({**base, **bad}))
+    # A batch read refuses a streaming read's option, and the other way round.
+    with pytest.raises(InvalidArgumentError, match="a batch read has no option 'leaseseconds'"):
+        ReadOptions.parse(Options({**base, "leaseSeconds": "5"}))
+    with pytest.raises(InvalidArgumentError, match="a streaming read has no option"):
+        StreamOptions.parse(Options({**base, "partitionSize": "5"}))
+    # The path names the queue: load("jobs").
+    assert StreamOptions.parse(Options({"url": base["url"], "path": "jobs"})).where.queue == "jobs"
+
+
+@spark_test
+def test_bad_options_fail_save_and_load_before_any_query_starts(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    df = spark.createDataFrame([("a", "x")], "k string, v string")
+    with pytest.raises(Exception, match="did you mean 'idColumn'"):
+        df.write.format(NAME).mode("append").option("url", redis_url).option(
+            "queue", "typo"
+        ).option("idColum", "k").save()
+    assert real_db.exists("typo:queue") == 0
+    stream = spark.readStream.format(NAME).option("url", redis_url)
+    with pytest.raises(Exception, match="'leaseSeconds' must be at least"):
+        stream.option("queue", "q").option("leaseSeconds", 0).load()
+    with pytest.raises(Exception, match="'renewSeconds' must be below"):
+        stream.option("queue", "q").option("leaseSeconds", 5).option("renewSeconds", 5).load()
+    with pytest.raises(Exception, match="'queue' is required"):
+        spark.readStream.format(NAME).option("url", redis_url).load()
+    with pytest.raises(Exception, match="did you mean 'maxItemsPerBatch'"):
+        spark.readStream.format(NAME).option("url", redis_url).option("queue", "q").option(
+            "maxOffsetsPerTrigger", 10
+        ).load()
+    # load("queue") names the queue.
+    WorkQueue(KeyPrefix("bypath")).add_item(real_db, Item(b"x", id="one"))
+    rows = spark.read.format(NAME).option("url", redis_url).load("bypath").collect()
+    assert [row.id for row in rows] == ["one"]
+
+
+# Bad rows ---------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_a_null_id_or_data_fails_the_task_before_it_adds_anything(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    secret = "s3cret-payload"
+    for rows, options, column in [
+        ([("a", secret), (None, secret), ("b", secret)], {"idColumn": "k"}, "idColumn 'k'"),
+        ([("a", secret), ("", secret), ("b", secret)], {"idColumn": "k"}, "idColumn 'k'"),
+        (
+            [("a", secret), ("n", None), ("b", secret)],
+            {"idColumn": "k", "dataColumn": "v"},
+            "dataColumn 'v'",
+        ),
+    ]:
+        df = spark.createDataFrame(rows, "k string, v string").coalesce(1)
+        write = df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "nul")
+        with pytest.raises(
+            Exception, match=f"row 1 of this task's partition has .*{column}"
+        ) as err:
+            write.options(**options).save()
+        assert secret not in str(err.value)
+        assert real_db.exists("nul:queue", "nul:item:a") == 0
+
+    df = spark.createDataFrame(
+        [("a", "1"), (None, "2"), ("b", None), ("c", "3")], "k string, v string"
+    ).coalesce(1)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "skip").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").option("badRows", "skip").save()
+    report = last_write(real_db, "skip")
+    assert (report.added, report.skipped, report.duplicates) == (2, 2, 0)
+    assert sorted(queue_ids(real_db, "skip")) == ["a", "c"]
+    with pytest.raises(Exception, match="'badRows' is 'fail'"):
+        df.write.format(NAME).mode("append").option("url", redis_url).option(
+            "queue", "skip"
+        ).option("badRows", "ignore").save()
+
+
+@spark_test
+def test_duplicate_ids_of_one_task_are_counted_and_the_first_row_wins(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    rows = [("a", "first"), ("b", "only"), ("a", "second"), ("a", "third")]
+    df = spark.createDataFrame(rows, "k string, v string").coalesce(1)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "dup").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").save()
+    report = last_write(real_db, "dup")
+    assert (report.added, report.existing, report.duplicates) == (2, 0, 2)
+    assert real_db.get("dup:item:a") == b"first"
+    assert sorted(queue_ids(real_db, "dup")) == ["a", "b"]
 
 
 @spark_test
@@ -341,6 +497,219 @@ def test_batch_read_agrees_with_inspection_and_stats(
     assert empty.count() == 0
 
 
+def formatted_plan(frame: Any) -> str:
+    """What ``frame.explain("formatted")`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        frame.explain("formatted")
+    return out.getvalue()
+
+
+@spark_test
+def test_batch_read_pushes_state_and_id_filters_down_and_declares_non_null_columns(
+    spark: Any, redis_url: str, real_db: redis.Redis
+) -> None:
+    queue = WorkQueue(KeyPrefix("push"))
+    queue.add_items(real_db, [Item(f"q{n}", id=f"q{n}") for n in range(5)])
+    queue.lease_many(real_db, 300, 2, block=False)
+    queue.add_items(real_db, [Item("later", id="t0")], delay=600)
+    frame = spark.read.format(NAME).option("url", redis_url).option("queue", "push").load()
+    fields = {f.name: f.nullable for f in frame.schema.fields}
+    assert fields == {
+        "id": False,
+        "data": False,
+        "state": False,
+        "deliveries": False,
+        "lease_left": True,
+        "reason": True,
+    }
+
+    leased = frame.where("state = 'leased'")
+    assert "PushedFilters: [EqualTo(state,leased)]" in formatted_plan(leased)
+    assert sorted(r.id for r in leased.collect()) == ["q0", "q1"]
+    some = frame.where(col("id").isin("q3", "t0", "nope") & col("state").isin("queued", "dead"))
+    plan = formatted_plan(some)
+    assert "PushedFilters: [In(id, [nope,q3,t0]), In(state, [dead,queued])]" in plan, plan
+    assert "Filter" not in plan.split("PushedFilters")[0], plan
+    assert [(r.id, r.state) for r in some.collect()] == [("q3", "queued")]
+
+    # Column names in any case; data decoded as text or as JSON into the schema asked for.
+    WorkQueue(KeyPrefix("typed")).add_items(
+        real_db,
+        [
+            Item(json.dumps({"name": "é", "n": 1}), id="a"),
+            Item(b"\xff not json", id="b"),
+        ],
+    )
+    typed = (
+        spark.read.format(NAME)
+        .schema("ID string, Data struct<name: string, n: int>")
+        .option("url", redis_url)
+        .option("queue", "typed")
+        .load()
+    )
+    got = {r.ID: r.Data for r in typed.collect()}
+    assert got["a"].asDict() == {"name": "é", "n": 1} and got["b"] is None
+    text = (
+        spark.read.format(NAME)
+        .schema("id string, data string")
+        .option("url", redis_url)
+        .option("queue", "typed")
+        .load()
+        .where("id = 'a'")
+        .collect()
+    )
+    assert json.loads(text[0].data) == {"name": "é", "n": 1}
+
+
+@spark_test
+def test_binary_unicode_and_json_data_round_trip_byte_exact(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    payloads = {
+        "bin": bytes(range(256)) * 3,
+        "zero": b"",
+        "uni": "żółw 🐢 \u0000 κόσμε".encode(),
+        "json": json.dumps({"a": [1, 2.5, None], "é": {"x": True}}, ensure_ascii=False).encode(),
+    }
+    df = spark.createDataFrame(list(payloads.items()), "k string, v binary").repartition(2)
+    df.write.format(NAME).mode("append").option("url", redis_url).option("queue", "exact").option(
+        "idColumn", "k"
+    ).option("dataColumn", "v").save()
+    for key, payload in payloads.items():
+        assert real_db.get(f"exact:item:{key}") == payload
+    rows = spark.read.format(NAME).option("url", redis_url).option("queue", "exact").load()
+    assert {r.id: bytes(r.data) for r in rows.collect()} == payloads
+
+    sink = Sink()
+    query = (
+        stream(spark, redis_url, "exact", leaseSeconds=30)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    got = {r.id: bytes(r.data) for rows in sink.batches.values() for r in rows}
+    assert got == payloads
+    assert drained(WorkQueue(KeyPrefix("exact")), real_db)
+
+
+# Deployments ------------------------------------------------------------------------------------
+
+
+@spark_test
+def test_a_cluster_backed_queue_is_written_read_and_drained(
+    spark: Any, cluster: Cluster, cluster_db: Any, tmp_path: Path
+) -> None:
+    url = f"redis://127.0.0.1:{cluster.primaries()[0].port}/0"
+    with pytest.raises(Exception, match=r"hash tag.*\{jobs\}"):
+        spark.read.format(NAME).option("url", url).option("cluster", "true").load("jobs")
+    queue_name = "{spark-jobs}"
+    df = spark.range(60, numPartitions=2).selectExpr("concat('c', id) AS id", "id AS n")
+    df.write.format(NAME).mode("append").option("url", url).option("cluster", "true").option(
+        "queue", queue_name
+    ).option("idColumn", "id").save()
+    queue = WorkQueue(KeyPrefix(queue_name))
+    assert queue.queue_len(cluster_db) == 60
+    report = last_write(cluster_db, queue_name)
+    assert (report.added, report.existing) == (60, 0)
+    snapshot = (
+        spark.read.format(NAME)
+        .option("url", url)
+        .option("cluster", "true")
+        .load(queue_name)
+        .where("state = 'queued'")
+    )
+    assert snapshot.count() == 60
+    sink = Sink()
+    query = (
+        stream(spark, url, queue_name, cluster="true", maxItemsPerBatch=25)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    assert sorted(sink.ids()) == sorted(f"c{n}" for n in range(60))
+    stats = queue.stats(cluster_db)
+    assert stats.queued == stats.leased == stats.expired == 0
+
+
+def test_renew_many_and_give_back_on_redis_cluster(cluster_db: Any) -> None:
+    # The streaming read's driver renews and gives back many leases at once on any deployment.
+    queue = WorkQueue(KeyPrefix("{renew}"))
+    queue.add_items(cluster_db, [Item(str(n), id=f"r{n}") for n in range(5)])
+    items = queue.lease_many(cluster_db, 1, 5, block=False)
+    assert queue.renew_many(cluster_db, items, 30) == [True] * 5
+    assert cluster_db.pttl("{renew}:lease:r0") > 29_000
+    assert queue.give_back(cluster_db, items[:3]) == [True] * 3
+    stats = queue.stats(cluster_db)
+    assert (stats.queued, stats.leased) == (3, 2)
+
+
+@spark_test
+def test_sentinel_and_password_options_reach_the_server(
+    sentinel_setup: SentinelSetup, redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    primary = sentinel_setup.pair.primary
+    host, port = sentinel_setup.address
+    where = QueueOptions.parse(
+        Options({"sentinels": f"{host}:{port}", "sentinelMaster": "mymaster", "queue": "s"})
+    )
+    db = connect(where)
+    try:
+        db.set("s:probe", "1")
+        assert primary.admin().get("s:probe") in (b"1", "1")
+    finally:
+        db.close()
+
+    real_db.execute_command("ACL", "SETUSER", "sparkuser", "on", ">s3cret", "~*", "+@all")
+    try:
+        bare = redis_url  # no credentials in it: they come from the options
+        where = QueueOptions.parse(
+            Options({"url": bare, "queue": "p", "username": "sparkuser", "password": "s3cret"})
+        )
+        db = connect(where)
+        try:
+            assert db.acl_whoami() in (b"sparkuser", "sparkuser")
+        finally:
+            db.close()
+        assert "s3cret" not in repr(where)
+        with pytest.raises(redis.AuthenticationError):
+            connect(
+                QueueOptions.parse(
+                    Options(
+                        {
+                            **{"url": bare, "queue": "p"},
+                            "username": "sparkuser",
+                            "password": "wrong",
+                        }
+                    )
+                )
+            ).ping()
+    finally:
+        real_db.execute_command("ACL", "DELUSER", "sparkuser")
+
+    tls = connect(
+        QueueOptions.parse(
+            Options({"url": "rediss://127.0.0.1:1/0", "queue": "t", "tlsCaCerts": "/ca.pem"})
+        )
+    )
+    kwargs = tls.connection_pool.connection_kwargs
+    assert kwargs["ssl_ca_certs"] == "/ca.pem"
+    assert tls.connection_pool.connection_class.__name__ == "SSLConnection"
+    for bad, message in [
+        ({"cluster": "yes"}, "'cluster' is 'true' or 'false'"),
+        ({"sentinels": "nohost"}, "list of host:port"),
+        ({"cluster": "true", "sentinels": "h:1"}, "not both"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            QueueOptions.parse(Options({"url": "redis://h:1/0", "queue": "{q}", **bad}))
+
+
 # Streaming read ---------------------------------------------------------------------------------
 
 
@@ -484,7 +853,8 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
         release.set()
     stopper.join(SPARK_WAIT)
     assert not query.isActive
-    # The interrupted batch's items are still leased: nothing completed them, nothing lost them.
+    # Spark ends the source's process on query.stop() without calling its stop(): the
+    # interrupted batch's items stay leased. Nothing completed them, nothing lost them.
     stats = queue.stats(real_db)
     assert (stats.leased, stats.queued) == (100, 300), stats
     assert {p.id for p in queue.pending(real_db, 0, 1000) if not p.expired} == set(interrupted)
@@ -506,8 +876,9 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
     finally:
         query.stop()
     assert query.exception() is None
-    # Spark replayed batch 2 from the checkpoint: the same items, still leased to the query.
+    # Spark replayed batch 2 from the checkpoint: the same items, their leases renewed.
     assert {row.id for row in second.batches[2]} == set(interrupted)
+    assert {row.deliveries for row in second.batches[2]} == {1}
     written.extend(second.ids())
     counts = Counter(written)
     assert set(counts) == all_ids, f"lost: {sorted(all_ids - set(counts))[:10]}"
@@ -517,12 +888,71 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
     assert not real_db.keys("crash:spark:*")
 
 
+@spark_test
+def test_streaming_progress_shows_the_backlog_and_trigger_once_is_refused(
+    spark: Any, redis_url: str, real_db: redis.Redis, tmp_path: Path
+) -> None:
+    queue = WorkQueue(KeyPrefix("progress"))
+    queue.add_items(real_db, [Item(str(n), id=f"p{n}") for n in range(30)])
+    queue.add_items(real_db, [Item("later", id="later")], delay=600)
+    query = (
+        stream(spark, redis_url, "progress", maxItemsPerBatch=10)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    progress = query.recentProgress
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [10, 10, 10]
+    source = progress[-1]["sources"][0]
+    end, backlog = (
+        json.loads(value) if isinstance(value, str) else value
+        for value in (source["endOffset"], source["latestOffset"])
+    )
+    assert (end["queue"], end["leased"]) == ("progress", 30)
+    assert (backlog["queued"], backlog["delayed"], backlog["dead"]) == (0, 1, 0)
+    assert drained(queue, real_db)
+
+    queue.add_items(real_db, [Item("x", id="once")])
+    once = (
+        stream(spark, redis_url, "progress")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "once"))
+        .trigger(once=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="availableNow"):
+        once.awaitTermination(SPARK_WAIT)
+    assert queue.stats(real_db).queued == 1  # nothing was leased
+
+
 # The stream reader's contract, driven directly (no Spark engine) --------------------------------
 
 
 def stream_reader(url: str, queue: str, **options: Any) -> Any:
     given = {"url": url, "queue": queue, **{k: str(v) for k, v in options.items()}}
-    return QueueStreamReader(StreamOptions.parse(Options(given)), ["id", "data", "deliveries"])
+    schema = StructType(
+        [
+            StructField("id", StringType(), False),
+            StructField("data", BinaryType(), False),
+            StructField("deliveries", IntegerType(), False),
+        ]
+    )
+    return QueueStreamReader(StreamOptions.parse(Options(given)), schema)
+
+
+def read_rows(reader: Any, parts: Any) -> list[tuple[Any, ...]]:
+    """What the tasks of ``parts`` emit, each run on a pickled copy of the reader."""
+    task = pickle.loads(pickle.dumps(reader))
+    assert task._lessee is None  # the driver's state never travels
+    return [
+        tuple(row.values())
+        for part in parts
+        for batch in task.read(pickle.loads(pickle.dumps(part)))
+        for row in batch.to_pylist()
+    ]
 
 
 @spark_test
@@ -537,7 +967,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
     replay = stream_reader(redis_url, "unit", **options)
     try:
         start = reader.initialOffset()
-        assert start == {"batch": "", "items": 0}
+        assert start == {"queue": "unit", "batch": "", "items": 0, "leased": 0}
         end = reader.latestOffset(start, None)
         assert end["items"] == 10
         assert json.loads(json.dumps(end)) == end
@@ -545,9 +975,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
         parts = reader.partitions(start, end)
         assert len(parts) == 3
         # Tasks get a pickled copy of the reader, without the driver's state.
-        task = pickle.loads(pickle.dumps(reader))
-        assert task._lessee is None
-        rows = [row for part in parts for row in task.read(pickle.loads(pickle.dumps(part)))]
+        rows = read_rows(reader, parts)
         assert rows == [(f"u{n:02}", f"x{n}".encode(), 1) for n in range(10)]
 
         time.sleep(1.5)  # well past the lease: the driver renews it
@@ -555,6 +983,7 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
         # A driver that restarts replays the batch from its record in Redis.
         replayed = replay.partitions(start, end)
         assert [i for part in replayed for i, _ in part.items] == [r[0] for r in rows]
+        assert read_rows(replay, replayed) == rows  # read again from Redis
 
         # Spark asks for the next offset once it has written the batch: it is completed.
         after = reader.latestOffset(end, None)
@@ -602,6 +1031,77 @@ def test_stream_reader_without_a_start_offset_and_with_lost_leases(
         assert sorted(queue_ids(real_db, "old")) == [f"l{n}" for n in range(4)]
     finally:
         reader.stop()
+
+
+@spark_test
+def test_stream_reader_honours_read_limits_reports_backlog_and_refuses_trigger_once(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("steer"))
+    queue.add_items(real_db, [Item(str(n), id=f"s{n:02}") for n in range(20)])
+    queue.add_items(real_db, [Item("later", id="later")], delay=600)
+    reader = stream_reader(redis_url, "steer", maxItemsPerBatch=8, cleanSeconds=0)
+    try:
+        assert reader.getDefaultReadLimit() == ReadMaxRows(8)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(3))  # Spark may admit fewer
+        assert (end["queue"], end["items"], end["leased"]) == ("steer", 3, 3)
+        backlog = reader.reportLatestOffset()
+        assert {k: backlog[k] for k in ("queue", "queued", "leased", "delayed", "dead")} == {
+            "queue": "steer",
+            "queued": 17,
+            "leased": 3,
+            "delayed": 1,
+            "dead": 0,
+        }
+        assert backlog["in_batches"] == 3 and "oldest_queued_secs" not in backlog
+        nxt = reader.latestOffset(end, reader.getDefaultReadLimit())
+        assert (nxt["items"], nxt["leased"]) == (8, 11)
+        # Trigger.Once asks for everything without preparing for availableNow: refused.
+        with pytest.raises(InvalidArgumentError, match=r"availableNow"):
+            reader.latestOffset(nxt, ReadAllAvailable())
+    finally:
+        reader.stop()
+    # Fresh ids are UUIDv7: their age is reported.
+    aged = WorkQueue(KeyPrefix("aged"))
+    aged.add_item(real_db, Item("x"))
+    reader = stream_reader(redis_url, "aged")
+    try:
+        assert 0 <= reader.reportLatestOffset()["oldest_queued_secs"] < 60
+    finally:
+        reader.stop()
+
+
+@spark_test
+def test_a_stopped_stream_reader_gives_its_items_back_and_a_restart_replays_them(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("back"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"b{n}") for n in range(10)])
+    reader = stream_reader(redis_url, "back", maxItemsPerBatch=4, cleanSeconds=0)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    first = read_rows(reader, reader.partitions(start, end))
+    reader.stop()  # a clean stop before Spark committed the batch
+    stats = queue.stats(real_db)
+    assert (stats.queued, stats.leased) == (10, 0)
+    assert {deliveries for _, _, deliveries in first} == {1}
+    assert real_db.exists(f"back:spark:batch:{end['batch']}")  # kept for the replay
+
+    again = stream_reader(redis_url, "back", maxItemsPerBatch=4, cleanSeconds=0)
+    try:
+        replayed = read_rows(again, again.partitions(start, end))
+        assert replayed == first  # the same items, delivered once as far as the queue knows
+        assert queue.stats(real_db).leased == 4
+        after = again.latestOffset(end, None)  # Spark wrote the replay: it is completed
+        assert after["items"] == 4
+        remaining = {i.decode() for i in real_db.lrange("back:queue", 0, -1)}
+        assert remaining.isdisjoint(r[0] for r in first)
+    finally:
+        again.stop()
+    assert queue.stats(real_db).queued == 6  # the second batch was given back too
 
 
 @spark_test

@@ -13,6 +13,7 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from . import cluster
 from .cleaning import CleanReport, ProgressCallback
 from .item import Item
 from .ops import (
@@ -24,8 +25,8 @@ from .ops import (
     Released,
     max_block,
 )
-from .protocol import arun
-from .workqueue import QueueBase, lease_from_steps, one_call
+from .protocol import ScriptCall, arun
+from .workqueue import PIPELINE_CHUNK, QueueBase, _first_call, lease_from_steps, one_call
 
 
 class AsyncWorkQueue(QueueBase):
@@ -123,6 +124,17 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.release_outcome`."""
         return await arun(db, self.ops.release_outcome(item, delay, reason, undo))
 
+    async def renew_many(self, db: Redis, items: Iterable[Item], lease_secs: float) -> list[bool]:
+        """See :meth:`WorkQueue.renew_many`."""
+        return await _apipelined(db, [_first_call(self.ops.renew(i, lease_secs)) for i in items])
+
+    async def give_back(
+        self, db: Redis, items: Iterable[Item], reason: str | None = None
+    ) -> list[bool]:
+        """See :meth:`WorkQueue.give_back`."""
+        calls = [_first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
+        return await _apipelined(db, calls)
+
     @asynccontextmanager
     async def leased(
         self,
@@ -217,3 +229,16 @@ async def lease_from(
         queues, lease_secs, block, timeout, at_most_once, max_block(db), one_call(db, queues)
     )
     return await arun(db, steps)
+
+
+async def _apipelined(db: Redis, calls: Sequence[ScriptCall]) -> list[bool]:
+    """Send independent script calls in pipelines of ``PIPELINE_CHUNK``; their flags."""
+    flags: list[bool] = []
+    for start in range(0, len(calls), PIPELINE_CHUNK):
+        pipe = db.pipeline(transaction=False)
+        for call in calls[start : start + PIPELINE_CHUNK]:
+            if cluster.is_cluster(db):
+                cluster.slot_of((*call.keys, *call.slot_keys))
+            call.script.queue_on(pipe, call.keys, call.args)
+        flags += (bool(int(reply)) for reply in await pipe.execute())
+    return flags

@@ -124,10 +124,10 @@ class QueueKeys:
     hash ``<prefix>:dead:<id>``. The Spark data source keeps the report of the last write in
     ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
     ``<prefix>:waiting`` (a sorted set of blocked workers, with an expiry) and ``<prefix>:wake``
-    (a short list) wake workers that block on several queues at once. The worker runner keeps ``<prefix>:cleaned``
-    (a flag with an expiry: a worker ran the light clean lately), ``<prefix>:workers``
-    (sorted set, worker id -> ms its registration lapses) and each live worker's
-    ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout uses are
+    (a short list) wake workers that block on several queues at once. The worker runner keeps
+    ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean lately),
+    ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each live
+    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout uses are
     :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
     """
 

@@ -349,6 +349,14 @@ class QueueOps:
         #: What this queue's light cleans carry from one pass to the next.
         self.clean_state = cleaning.CleanState()
 
+    def script_call(self, name: str, *args: scripts.Arg) -> ScriptCall:
+        """A call of ``lua/<name>.lua`` with this queue's KEYS and leading ARGV, then ``args``.
+
+        For operations written on the same conventions outside this module (the Spark data
+        source's snapshot pages and held completes), to be driven by ``protocol.run``/``arun``.
+        """
+        return self._call(name, *args)
+
     def _call(
         self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
     ) -> ScriptCall:

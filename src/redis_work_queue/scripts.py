@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -19,20 +20,28 @@ from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 from .errors import ScriptError, WrongKeyTypeError
 
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # pragma: no cover - Python 3.10
+    from importlib.abc import Traversable
+
 _INCLUDE = re.compile(r"^--#include (?P<name>[\w.]+)$", re.MULTILINE)
 
 Arg = bytes | str | int | float
 
 
-def _lua_dir() -> Path:
-    """The ``lua`` directory: inside the installed package, else at the source tree's root."""
+def _lua_dir() -> Traversable:
+    """The ``lua`` directory: inside the installed package, else at the source tree's root.
+
+    An installed package may be a directory or a zip (shipped to Spark with ``--py-files``).
+    """
     packaged = resources.files("redis_work_queue") / "lua"
     if packaged.is_dir():
-        return Path(str(packaged))
+        return packaged
     return Path(__file__).resolve().parents[2] / "lua"
 
 
-def _expand(text: str, include_dir: Path) -> str:
+def _expand(text: str, include_dir: Traversable) -> str:
     return _INCLUDE.sub(lambda m: (include_dir / m["name"]).read_text("utf-8").rstrip(), text)
 
 
@@ -159,5 +168,6 @@ def preload(client: Any) -> None:
     server, or with a server that closes the connection on a NOSCRIPT reply (the embedded
     fakeredis TCP server does).
     """
-    for path in sorted(_lua_dir().glob("*.lua")):
-        client.script_load(load(path.stem).script)
+    names = sorted(p.name[: -len(".lua")] for p in _lua_dir().iterdir() if p.name.endswith(".lua"))
+    for name in names:
+        client.script_load(load(name).script)

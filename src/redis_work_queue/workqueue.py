@@ -30,7 +30,7 @@ from .ops import (
     lease_steps,
     max_block,
 )
-from .protocol import Steps, run
+from .protocol import ScriptCall, Steps, run
 
 logger = logging.getLogger(__name__)
 
@@ -343,6 +343,39 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.release_outcome(item, delay, reason, undo))
 
+    def renew_many(self, db: Redis, items: Iterable[Item], lease_secs: float) -> list[bool]:
+        """Extend the leases on many items, as :meth:`renew` does for one.
+
+        Each renewal is its own script call; they are sent together, one round trip per
+        :data:`PIPELINE_CHUNK` items (a pipeline, not a transaction).
+
+        Returns:
+            One flag per item, in order, as :meth:`renew` returns.
+
+        Raises:
+            InvalidArgumentError: An item was not leased by this library, or ``lease_secs`` is
+                out of range (checked for every item before anything is sent).
+        """
+        return _pipelined(db, [_first_call(self.ops.renew(i, lease_secs)) for i in items])
+
+    def give_back(self, db: Redis, items: Iterable[Item], reason: str | None = None) -> list[bool]:
+        """Hand leased items back as if they had never been leased (a stop before any work).
+
+        Each item goes back to the leasing end of the main queue and its delivery is not
+        counted, so it can never be buried for it. One script call per item, sent together,
+        one round trip per :data:`PIPELINE_CHUNK` items.
+
+        Returns:
+            One flag per item, in order: True when the caller held the lease and the item went
+            back; False, with nothing changed, when it did not.
+
+        Raises:
+            InvalidArgumentError: An item was not leased by this library (checked for every item
+                before anything is sent).
+        """
+        calls = [_first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
+        return _pipelined(db, calls)
+
     @contextmanager
     def leased(
         self,
@@ -628,3 +661,29 @@ def lease_from_steps(
         found = yield from first.ops.lease_one(lease_secs, True, wait, at_most_once, max_block)
         if found is not None:
             return first, found
+
+
+#: Script calls sent per round trip by the methods that make many independent calls.
+PIPELINE_CHUNK = 1000
+
+
+def _first_call(steps: Steps[bool]) -> ScriptCall:
+    """The one script call of a single-call operation (its checks run here)."""
+    call = next(steps)
+    steps.close()
+    if not isinstance(call, ScriptCall):  # pragma: no cover - the operations used are one call
+        raise TypeError(f"expected a script call, not {call!r}")
+    return call
+
+
+def _pipelined(db: Redis, calls: Sequence[ScriptCall]) -> list[bool]:
+    """Send independent script calls in pipelines of :data:`PIPELINE_CHUNK`; their flags."""
+    flags: list[bool] = []
+    for start in range(0, len(calls), PIPELINE_CHUNK):
+        pipe = db.pipeline(transaction=False)
+        for call in calls[start : start + PIPELINE_CHUNK]:
+            if cluster.is_cluster(db):
+                cluster.slot_of((*call.keys, *call.slot_keys))
+            call.script.queue_on(pipe, call.keys, call.args)
+        flags += (bool(int(reply)) for reply in pipe.execute())
+    return flags

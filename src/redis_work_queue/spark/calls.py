@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
+from redis import Redis, RedisCluster
+from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 from .. import scripts
 from ..ops import QueueOps, decode
-from ..protocol import ScriptCall, Steps
+from ..protocol import Steps
+from .options import QueueOptions
 
 #: The parts of a queue a snapshot reads, and the state of the items in each.
 PARTS = ("queue", "processing", "delayed", "dead")
@@ -23,10 +25,27 @@ PARTS = ("queue", "processing", "delayed", "dead")
 COMPLETE_CHUNK = 500
 
 
-def connect(url: str) -> Redis:
-    """Open a client for ``url`` (its replies are never decoded by the calls of this package)."""
-    client: Redis = Redis.from_url(url)
-    return client
+def connect(where: QueueOptions) -> Any:
+    """Open a client for the queue's server: a node, a Redis Cluster, or Sentinel's primary.
+
+    Its replies are never decoded by the calls of this package.
+    """
+    extra: dict[str, Any] = {}
+    if where.username is not None:
+        extra["username"] = where.username
+    if where.password is not None:
+        extra["password"] = where.password
+    if where.tls_ca_certs is not None:
+        extra["ssl_ca_certs"] = where.tls_ca_certs
+    if where.sentinels is not None:
+        # The primary's credentials (and TLS) go to the primary; the Sentinels take none.
+        sentinel = Sentinel(list(where.sentinels))  # type: ignore[no-untyped-call]
+        if where.tls_ca_certs is not None or where.url.startswith("rediss://"):
+            extra["connection_class"] = SentinelManagedSSLConnection
+        return sentinel.master_for(where.sentinel_master, **extra)  # type: ignore[no-untyped-call]
+    if where.cluster:
+        return RedisCluster.from_url(where.url, **extra)
+    return Redis.from_url(where.url, **extra)
 
 
 @dataclass(frozen=True)
@@ -56,10 +75,6 @@ class Entry:
         return part
 
 
-def _script_call(ops: QueueOps, name: str, *args: scripts.Arg) -> ScriptCall:
-    return ops._call(name, *args)
-
-
 def snapshot_page(
     ops: QueueOps, part: str, max_bytes: int, *args: scripts.Arg
 ) -> Steps[tuple[int, list[Entry]]]:
@@ -74,7 +89,7 @@ def snapshot_page(
     Returns:
         How many entries were looked at, and the items among them.
     """
-    examined, rows = yield _script_call(ops, "snapshot", part, max_bytes, *args)
+    examined, rows = yield ops.script_call("snapshot", part, max_bytes, *args)
     entries = [
         Entry(
             decode(raw_id),
@@ -103,6 +118,6 @@ def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
         fields: list[scripts.Arg] = []
         for item_id, token in held[start : start + COMPLETE_CHUNK]:
             fields += (item_id, token)
-        flags: Any = yield _script_call(ops, "complete_held", *fields)
+        flags: Any = yield ops.script_call("complete_held", *fields)
         done += sum(int(flag) for flag in flags)
     return done

@@ -7,29 +7,33 @@ fails the query before any task runs.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .. import cluster
 from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
 
 T = TypeVar("T", int, float)
 
-#: Every column the reader can produce, and its Spark type.
+#: Every column the reader can produce, its Spark type, and whether it can be null.
 COLUMNS = {
-    "id": "string",
-    "data": "binary",
-    "state": "string",
-    "deliveries": "int",
-    "lease_left": "double",
-    "reason": "string",
+    "id": ("string", False),
+    "data": ("binary", False),
+    "state": ("string", False),
+    "deliveries": ("int", False),
+    "lease_left": ("double", True),
+    "reason": ("string", True),
 }
 #: The DDL schema of a read.
-SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+SCHEMA = ", ".join(
+    f"{name} {kind}{'' if nullable else ' not null'}" for name, (kind, nullable) in COLUMNS.items()
+)
 
 #: How long the report of the last write and the record of a leased batch are kept (seconds).
 KEEP_SECS = 7 * 24 * 3600
@@ -45,6 +49,70 @@ def batch_key(queue: str, batch: str) -> str:
     return QueueKeys(KeyPrefix(queue)).spark_batch(batch)
 
 
+#: Options every read and write takes.
+COMMON_OPTIONS = (
+    "url",
+    "queue",
+    "maxDeliveries",
+    "cluster",
+    "sentinels",
+    "sentinelMaster",
+    "username",
+    "password",
+    "tlsCaCerts",
+)
+#: Options of a write (batch or streaming).
+WRITE_OPTIONS = (
+    "idColumn",
+    "dataColumn",
+    "delaySeconds",
+    "ttlSeconds",
+    "chunkSize",
+    "chunkBytes",
+    "reportKey",
+    "badRows",
+)
+#: Options of a batch read.
+READ_OPTIONS = ("partitionSize", "chunkSize", "chunkBytes")
+#: Options of a streaming read.
+STREAM_OPTIONS = (
+    "maxItemsPerBatch",
+    "leaseSeconds",
+    "renewSeconds",
+    "cleanSeconds",
+    "numPartitions",
+    "chunkSize",
+    "chunkBytes",
+)
+#: Options Spark itself adds: ``load(path)``/``save(path)`` (the queue) and a stream's checkpoint.
+SPARK_OPTIONS = ("path", "checkpointLocation")
+#: Names other sources use for what an option of this one does.
+FOREIGN_NAMES = {
+    "maxoffsetspertrigger": "maxItemsPerBatch",
+    "maxrecordspertrigger": "maxItemsPerBatch",
+    "maxitemspertrigger": "maxItemsPerBatch",
+    "maxfilespertrigger": "maxItemsPerBatch",
+    "host": "url",
+    "uri": "url",
+    "prefix": "queue",
+    "key": "queue",
+}
+
+
+def unknown_option_error(name: str, allowed: Iterable[str], what: str) -> InvalidArgumentError:
+    """The error for an option ``name`` that a ``what`` does not take, with the closest name."""
+    names = sorted(set(allowed), key=str.lower)
+    by_lower = {known.lower(): known for known in names}
+    guess = FOREIGN_NAMES.get(name.lower())
+    if guess is None or guess.lower() not in by_lower:
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+        guess = by_lower[close[0]] if close else None
+    hint = f"; did you mean {guess!r}?" if guess else ""
+    return InvalidArgumentError(
+        f"a {what} has no option {name!r}{hint} (its options: {', '.join(names)})"
+    )
+
+
 class Options:
     """Typed access to Spark's string options (names are case-insensitive).
 
@@ -54,6 +122,22 @@ class Options:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._options = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def check_names(self, allowed: Iterable[str], what: str) -> None:
+        """Refuse any option that is not in ``allowed`` (or added by Spark itself).
+
+        Args:
+            allowed: The option names a ``what`` takes.
+            what: What is being read or written, for the message (``batch write``...).
+
+        Raises:
+            InvalidArgumentError: An option is unknown; the message names the closest valid one.
+        """
+        known = [*COMMON_OPTIONS, *allowed]
+        lowered = {name.lower() for name in (*known, *SPARK_OPTIONS)}
+        for name in self._options:
+            if name not in lowered:
+                raise unknown_option_error(name, known, what)
 
     def text(self, name: str, default: str | None = None) -> str | None:
         """The option ``name`` as given, or ``default``."""
@@ -124,36 +208,124 @@ class Options:
         return default if value is None else value
 
 
+def _flag(options: Options, name: str) -> bool:
+    value = (options.text(name) or "false").lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"the option {name!r} is 'true' or 'false', not {value!r}")
+    return value == "true"
+
+
 @dataclass(frozen=True)
 class QueueOptions:
-    """Where the queue is.
+    """Where the queue is, and how every task connects to it.
 
     Attributes:
         url: The Redis URL (``url`` option, else the ``REDIS_URL`` environment variable of the
-            driver), opened with ``redis.Redis.from_url`` in every task.
-        queue: The queue's key prefix (``queue`` option).
+            driver): ``redis://`` or ``rediss://`` (TLS), with a password if need be; opened with
+            ``from_url`` in every task. Without ``sentinels``, it is required.
+        queue: The queue's key prefix (``queue`` option, or the path of ``load``/``save``).
         max_deliveries: The queue's delivery limit (``maxDeliveries``), or None.
+        cluster: The URL names a node of a Redis Cluster (``cluster``: true or false); the queue
+            must then be hash-tagged (``{jobs}``) so that its keys share a slot.
+        sentinels: ``host:port`` of Sentinels (``sentinels``, comma-separated), which name the
+            primary of ``sentinel_master``; None without Sentinel.
+        sentinel_master: The service name Sentinel knows the primary by (``sentinelMaster``).
+        username: The ACL user (``username``), or None (the URL's, if any).
+        password: The password (``password``), or None (the URL's, if any).
+        tls_ca_certs: A CA bundle to check the server's certificate with (``tlsCaCerts``; a
+            ``rediss://`` URL turns TLS on).
     """
 
     url: str
     queue: str
     max_deliveries: int | None
+    cluster: bool = False
+    sentinels: tuple[tuple[str, int], ...] | None = None
+    sentinel_master: str = "mymaster"
+    username: str | None = None
+    password: str | None = None
+    tls_ca_certs: str | None = None
 
     @classmethod
     def parse(cls, options: Options) -> QueueOptions:
         """Read the options shared by reads and writes.
 
         Raises:
-            InvalidArgumentError: No URL, no queue, or a bad ``maxDeliveries``.
+            InvalidArgumentError: No URL (nor Sentinels), no queue, or a bad option.
         """
-        url = options.text("url") or os.environ.get("REDIS_URL")
-        if not url:
-            raise InvalidArgumentError("give the Redis URL with the option 'url' (or REDIS_URL)")
-        return cls(url, options.required("queue"), options.optional_integer("maxDeliveries"))
+        sentinels = cls._sentinels(options.text("sentinels"))
+        url = options.text("url") or os.environ.get("REDIS_URL") or ""
+        if not url and sentinels is None:
+            raise InvalidArgumentError(
+                "give the Redis URL with the option 'url' (or REDIS_URL), or 'sentinels'"
+            )
+        queue, path = options.text("queue"), options.text("path")
+        if queue and path and queue != path:
+            raise InvalidArgumentError(
+                f"the option 'queue' ({queue!r}) and the path ({path!r}) name different queues: "
+                "give one of them"
+            )
+        if not (queue or path):
+            raise InvalidArgumentError(
+                "the option 'queue' is required (or name the queue as the path: load('jobs'))"
+            )
+        clustered = _flag(options, "cluster")
+        if clustered and sentinels is not None:
+            raise InvalidArgumentError("give 'cluster' or 'sentinels', not both")
+        made = cls(
+            url=url,
+            queue=queue or path or "",
+            max_deliveries=options.optional_integer("maxDeliveries"),
+            cluster=clustered,
+            sentinels=sentinels,
+            sentinel_master=options.text("sentinelMaster") or "mymaster",
+            username=options.text("username") or None,
+            password=options.text("password") or None,
+            tls_ca_certs=options.text("tlsCaCerts") or None,
+        )
+        if clustered and not cluster.same_slot(_queue_keys(made.queue)):
+            raise InvalidArgumentError(
+                f"on Redis Cluster the queue needs a hash tag so that its keys share a slot: "
+                f"name it {{{made.queue}}} rather than {made.queue!r}"
+            )
+        return made
+
+    @staticmethod
+    def _sentinels(text: str | None) -> tuple[tuple[str, int], ...] | None:
+        if not text:
+            return None
+        found = []
+        for part in text.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidArgumentError(
+                    f"the option 'sentinels' is a list of host:port, not {text!r}"
+                )
+            found.append((host, int(port)))
+        return tuple(found)
+
+    def __repr__(self) -> str:
+        """The options, with the password and the URL's credentials hidden."""
+        return (
+            f"QueueOptions(url={_hide(self.url)!r}, queue={self.queue!r}, "
+            f"cluster={self.cluster}, sentinels={self.sentinels})"
+        )
 
     def work_queue(self) -> WorkQueue:
         """The queue these options name."""
         return WorkQueue(KeyPrefix(self.queue), max_deliveries=self.max_deliveries)
+
+
+def _queue_keys(queue: str) -> list[str]:
+    keys = QueueKeys(KeyPrefix(queue))
+    return [keys.queue, keys.processing, keys.delayed, keys.dead, keys.spark_write]
+
+
+def _hide(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return scheme + sep + rest
 
 
 @dataclass(frozen=True)
@@ -168,7 +340,12 @@ class WriteOptions:
             row, as compact JSON, the data.
         delay: Seconds each item is held back (``delaySeconds``), or None.
         ttl: Seconds each item lives (``ttlSeconds``), or None.
-        chunk_size: Rows per add (``chunkSize``); one script call per 500 items at most.
+        chunk_size: Most rows per add (``chunkSize``; 5000); one script call per 500 items at
+            most.
+        chunk_bytes: Most bytes of data per add (``chunkBytes``).
+        skip_bad_rows: What a row with a null (or empty) id or null data does (``badRows``):
+            ``fail`` (False, the default) fails its task before it adds anything; ``skip``
+            (True) leaves the row out and counts it.
         report_key: The hash that receives the totals of each commit (``reportKey``; the empty
             string turns the report off).
     """
@@ -179,6 +356,8 @@ class WriteOptions:
     delay: float | None
     ttl: float | None
     chunk_size: int
+    chunk_bytes: int
+    skip_bad_rows: bool
     report_key: str | None
 
     @classmethod
@@ -186,18 +365,26 @@ class WriteOptions:
         """Read the options of a write.
 
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        options.check_names(WRITE_OPTIONS, "write")
         where = QueueOptions.parse(options)
         ttl = options.optional_number("ttlSeconds", minimum=0.001)
         report = options.text("reportKey")
+        bad_rows = (options.text("badRows") or "fail").lower()
+        if bad_rows not in ("fail", "skip"):
+            raise InvalidArgumentError(
+                f"the option 'badRows' is 'fail' (the default) or 'skip', not {bad_rows!r}"
+            )
         return cls(
             where=where,
             id_column=options.text("idColumn") or None,
             data_column=options.text("dataColumn") or None,
             delay=options.optional_number("delaySeconds"),
             ttl=ttl,
-            chunk_size=options.integer("chunkSize", 500),
+            chunk_size=options.integer("chunkSize", 5000),
+            chunk_bytes=options.integer("chunkBytes", 4 << 20),
+            skip_bad_rows=bad_rows == "skip",
             report_key=report_key(where.queue) if report is None else (report or None),
         )
 
@@ -219,12 +406,18 @@ class ReadOptions:
     chunk_bytes: int
 
     @classmethod
-    def parse(cls, options: Options) -> ReadOptions:
+    def parse(cls, options: Options, strict: bool = True) -> ReadOptions:
         """Read the options of a batch read.
 
+        Args:
+            options: The options.
+            strict: Refuse options a batch read does not take.
+
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        if strict:
+            options.check_names(READ_OPTIONS, "batch read")
         return cls(
             where=QueueOptions.parse(options),
             partition_size=options.integer("partitionSize", 10_000),
@@ -239,7 +432,7 @@ class StreamOptions:
 
     Attributes:
         where: The queue.
-        max_items: Most items leased per micro-batch (``maxItemsPerBatch``).
+        max_items: Most items leased per micro-batch (``maxItemsPerBatch``; 10,000).
         lease_secs: Length of each lease (``leaseSeconds``); renewed while the batch runs.
         renew_secs: Seconds between renewals (``renewSeconds``; a third of the lease).
         clean_secs: Seconds between light cleans run by the query (``cleanSeconds``; the lease
@@ -259,19 +452,25 @@ class StreamOptions:
     chunk_bytes: int
 
     @classmethod
-    def parse(cls, options: Options) -> StreamOptions:
+    def parse(cls, options: Options, strict: bool = True) -> StreamOptions:
         """Read the options of a streaming read.
 
+        Args:
+            options: The options.
+            strict: Refuse options a streaming read does not take.
+
         Raises:
-            InvalidArgumentError: An option is missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        if strict:
+            options.check_names(STREAM_OPTIONS, "streaming read")
         lease = options.number("leaseSeconds", 60.0, minimum=0.01)
         renew = options.number("renewSeconds", lease / 3, minimum=0.005)
         if renew >= lease:
             raise InvalidArgumentError("the option 'renewSeconds' must be below 'leaseSeconds'")
         return cls(
             where=QueueOptions.parse(options),
-            max_items=options.integer("maxItemsPerBatch", 1000),
+            max_items=options.integer("maxItemsPerBatch", 10_000),
             lease_secs=lease,
             renew_secs=renew,
             clean_secs=options.number("cleanSeconds", lease),
@@ -279,3 +478,17 @@ class StreamOptions:
             chunk_size=options.integer("chunkSize", 500),
             chunk_bytes=options.integer("chunkBytes", 4 << 20),
         )
+
+
+def check_read(options: Options) -> None:
+    """Check the options of a read, batch or streaming, when it is loaded.
+
+    ``load()`` does not say which kind of read it makes, so a name either kind takes passes
+    here; each kind refuses the other's names when its reader is made.
+
+    Raises:
+        InvalidArgumentError: An option is unknown to both kinds, missing or out of range.
+    """
+    options.check_names((*READ_OPTIONS, *STREAM_OPTIONS), "read")
+    ReadOptions.parse(options, strict=False)
+    StreamOptions.parse(options, strict=False)

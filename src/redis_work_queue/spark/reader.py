@@ -5,7 +5,16 @@ and ``expired`` ones whose lease ran out and that await a light clean), the dela
 (``delayed``) and the dead-letter store (``dead``). The driver reads the length of each part and
 cuts it into Spark partitions of ``partitionSize`` entries; each task reads its range in pages of
 ``chunkSize`` entries (and at most ``chunkBytes`` of data), one read-only script call per page
-(``lua/snapshot.lua``), so Redis is never held for long.
+(``lua/snapshot.lua``), so Redis is never held for long, and emits each page as one Arrow record
+batch.
+
+Filters on ``state`` and ``id`` (``=`` and ``IN``) are pushed down: a ``state`` filter keeps the
+read to the parts of the queue that hold those states, and the tasks drop the rows of other ids
+and states before they reach Spark (the plan lists them under ``PushedFilters``).
+
+Column names are case-insensitive. A read whose schema gives ``data`` a type other than binary
+gets it decoded: ``string`` as UTF-8, any other type (a struct, an array, a number...) as JSON
+into that type; data that does not decode is null.
 
 The snapshot is not one atomic picture of a busy queue: each page is read at its own moment, and
 a lease or a clean that moves entries between pages can make a row appear twice or not at all.
@@ -15,15 +24,30 @@ cleans take from), so items added meanwhile do not shift the pages.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, StringType, StructType
 
+from ..errors import InvalidArgumentError
 from ..protocol import run
 from ..scripts import raw_command
 from .calls import PARTS, Entry, connect, snapshot_page
-from .options import ReadOptions
+from .options import COLUMNS, ReadOptions
+
+#: The states of the items each part of a queue holds.
+STATES_OF = {
+    "queue": ("queued",),
+    "processing": ("leased", "expired"),
+    "delayed": ("delayed",),
+    "dead": ("dead",),
+}
+#: Every state a row can have.
+STATES = frozenset(state for states in STATES_OF.values() for state in states)
 
 
 class PartRange(InputPartition):
@@ -42,17 +66,63 @@ class PartRange(InputPartition):
         self.stop = stop
 
 
-def row_of(entry: Entry, state: str, columns: Sequence[str]) -> tuple[Any, ...]:
-    """The row of one item, with the columns in ``columns``' order."""
-    values = {
-        "id": entry.id,
-        "data": entry.data,
-        "state": state,
-        "deliveries": entry.deliveries,
-        "lease_left": entry.lease_left,
-        "reason": entry.reason,
-    }
-    return tuple(values[name] for name in columns)
+class Rows:
+    """Turns entries into Arrow record batches of a read's schema.
+
+    Args:
+        schema: The schema of the read: its names (any case) are columns of :data:`COLUMNS`.
+    """
+
+    def __init__(self, schema: StructType) -> None:
+        self.columns = [field.name.lower() for field in schema.fields]
+        self.schema = to_arrow_schema(schema)
+        data_type = next((f.dataType for f in schema.fields if f.name.lower() == "data"), None)
+        self.data_as = (
+            "bytes"
+            if data_type is None or isinstance(data_type, BinaryType)
+            else "text"
+            if isinstance(data_type, StringType)
+            else "json"
+        )
+
+    def _data(self, raw: bytes) -> Any:
+        if self.data_as == "bytes":
+            return raw
+        try:
+            text = raw.decode()
+            return text if self.data_as == "text" else json.loads(text)
+        except ValueError:
+            return None
+
+    def batch(self, entries: Sequence[tuple[Entry, str]]) -> pa.RecordBatch:
+        """The record batch of ``entries``, each with its state."""
+        arrays = []
+        for name, field in zip(self.columns, self.schema, strict=True):
+            if name == "id":
+                values: list[Any] = [entry.id for entry, _ in entries]
+            elif name == "data":
+                values = [self._data(entry.data) for entry, _ in entries]
+            elif name == "state":
+                values = [state for _, state in entries]
+            elif name == "deliveries":
+                values = [entry.deliveries for entry, _ in entries]
+            elif name == "lease_left":
+                values = [entry.lease_left for entry, _ in entries]
+            else:
+                values = [entry.reason for entry, _ in entries]
+            if self.data_as == "json" and name == "data":
+                values = [_fits(value, field.type) for value in values]
+            arrays.append(pa.array(values, type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _fits(value: Any, kind: pa.DataType) -> Any:
+    """``value`` when Arrow can store it as ``kind``, else None (data that does not decode)."""
+    try:
+        pa.array([value], type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+    return value
 
 
 class SnapshotReader(DataSourceReader):
@@ -60,15 +130,39 @@ class SnapshotReader(DataSourceReader):
 
     Args:
         options: The read options.
-        columns: The columns to produce, in order.
+        schema: The schema of the read.
     """
 
-    def __init__(self, options: ReadOptions, columns: Sequence[str]) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
-        self.columns = tuple(columns)
+        self.schema = schema
+        #: The states a pushed-down filter keeps (None: every state).
+        self.states: frozenset[str] | None = None
+        #: The ids a pushed-down filter keeps (None: every id).
+        self.ids: frozenset[str] | None = None
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Take the ``=`` and ``IN`` filters on ``state`` and ``id``; leave the rest to Spark."""
+        for pushed in filters:
+            if isinstance(pushed, EqualTo | In) and len(pushed.attribute) == 1:
+                column = pushed.attribute[0].lower()
+                values = [pushed.value] if isinstance(pushed, EqualTo) else list(pushed.value)
+                if column in ("state", "id") and all(isinstance(v, str) for v in values):
+                    kept = frozenset(values)
+                    if column == "state":
+                        self.states = kept if self.states is None else self.states & kept
+                    else:
+                        self.ids = kept if self.ids is None else self.ids & kept
+                    continue
+            yield pushed
+
+    def _parts(self) -> list[str]:
+        if self.states is None:
+            return list(PARTS)
+        return [part for part in PARTS if self.states.intersection(STATES_OF[part])]
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Cut each part of the queue into ranges (runs on the driver)."""
+        """Cut each part of the queue that a filter leaves into ranges (runs on the driver)."""
         keys = self.options.where.work_queue().keys
         lengths = {
             "queue": ("LLEN", keys.queue),
@@ -76,26 +170,26 @@ class SnapshotReader(DataSourceReader):
             "delayed": ("ZCARD", keys.delayed),
             "dead": ("ZCARD", keys.dead),
         }
-        db = connect(self.options.where.url)
+        parts = self._parts()
+        db = connect(self.options.where)
         try:
-            sizes = {
-                part: int(raw_command(db, command, key)) for part, (command, key) in lengths.items()
-            }
+            sizes = {part: int(raw_command(db, *lengths[part])) for part in parts}
         finally:
             db.close()
         step = self.options.partition_size
         return [
             PartRange(part, start, min(start + step, sizes[part]))
-            for part in PARTS
+            for part in parts
             for start in range(0, sizes[part], step)
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Read one range, page by page (runs in a task)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range, page by page, one record batch a page (runs in a task)."""
         if not isinstance(partition, PartRange):
             return  # an empty queue: Spark still runs one task, with no range
+        rows = Rows(self.schema)
         ops = self.options.where.work_queue().ops
-        db = connect(self.options.where.url)
+        db = connect(self.options.where)
         try:
             position = partition.start
             while position < partition.stop:
@@ -104,10 +198,34 @@ class SnapshotReader(DataSourceReader):
                     db,
                     snapshot_page(ops, partition.part, self.options.chunk_bytes, position, last),
                 )
+                page = []
                 for entry in entries:
-                    yield row_of(entry, entry.state(partition.part), self.columns)
+                    state = entry.state(partition.part)
+                    if (self.ids is None or entry.id in self.ids) and (
+                        self.states is None or state in self.states
+                    ):
+                        page.append((entry, state))
+                if page:
+                    yield rows.batch(page)
                 if examined == 0:
                     break  # the part has shrunk below this range
                 position += examined
         finally:
             db.close()
+
+
+def read_schema(schema: StructType) -> StructType:
+    """``schema`` checked: each column one the reader produces (names in any case).
+
+    Raises:
+        InvalidArgumentError: A column is not one the reader produces, or is given twice.
+    """
+    names = [name.lower() for name in schema.fieldNames()]
+    unknown = [name for name in schema.fieldNames() if name.lower() not in COLUMNS]
+    if unknown:
+        raise InvalidArgumentError(
+            f"this data source reads the columns {list(COLUMNS)}, not {unknown}"
+        )
+    if len(set(names)) < len(names):
+        raise InvalidArgumentError(f"a column is given twice: {schema.fieldNames()}")
+    return schema

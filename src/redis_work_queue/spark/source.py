@@ -8,34 +8,19 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgumentError
 from .options import (
-    COLUMNS,
     SCHEMA,
     Options,
     ReadOptions,
     StreamOptions,
     WriteOptions,
+    check_read,
 )
-from .reader import SnapshotReader
+from .reader import SnapshotReader, read_schema
 from .stream import QueueStreamReader
 from .writer import QueueStreamWriter, QueueWriter
 
 #: The short name of the data source: ``spark.read.format(NAME)``.
 NAME = "redis-work-queue"
-
-
-def columns_of(schema: StructType) -> list[str]:
-    """The columns a read must produce: those of ``schema``, each one the reader knows.
-
-    Raises:
-        InvalidArgumentError: A column is not one the reader produces.
-    """
-    names = list(schema.fieldNames())
-    unknown = [name for name in names if name not in COLUMNS]
-    if unknown:
-        raise InvalidArgumentError(
-            f"this data source reads the columns {list(COLUMNS)}, not {unknown}"
-        )
-    return names
 
 
 class RedisWorkQueueDataSource(DataSource):
@@ -58,18 +43,26 @@ class RedisWorkQueueDataSource(DataSource):
     def schema(self) -> str:
         """The columns of a read (a read may ask for fewer, with ``.schema(...)``).
 
-        ``id string, data binary, state string, deliveries int, lease_left double,
-        reason string``.
+        ``id string not null, data binary not null, state string not null, deliveries int not
+        null, lease_left double, reason string``. Names are case-insensitive; a ``data`` of
+        another type is decoded (see :mod:`.reader`).
+
+        Spark asks for it when a read is loaded, so the read's options are checked here: a bad
+        one fails ``load()``, not the query after ``start()``.
+
+        Raises:
+            InvalidArgumentError: An option is unknown, missing or out of range.
         """
+        check_read(Options(self.options))
         return SCHEMA
 
     def reader(self, schema: StructType) -> SnapshotReader:
         """A snapshot read of the queue."""
-        return SnapshotReader(ReadOptions.parse(Options(self.options)), columns_of(schema))
+        return SnapshotReader(ReadOptions.parse(Options(self.options)), read_schema(schema))
 
     def streamReader(self, schema: StructType) -> QueueStreamReader:
         """A streaming read that leases the queue's items."""
-        return QueueStreamReader(StreamOptions.parse(Options(self.options)), columns_of(schema))
+        return QueueStreamReader(StreamOptions.parse(Options(self.options)), read_schema(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> QueueWriter:
         """A batch write (append only).
@@ -100,8 +93,14 @@ def _append_only(overwrite: bool) -> None:
 def register(spark: SparkSession) -> None:
     """Register the data source with ``spark`` under the name ``redis-work-queue``.
 
+    It also turns on ``spark.sql.python.filterPushdown.enabled``, which batch reads need (they
+    take filters on ``state`` and ``id``).
+
     Example:
         >>> register(spark)  # doctest: +SKIP
         >>> spark.read.format("redis-work-queue").option("url", url).option("queue", "jobs").load()
     """
     spark.dataSource.register(RedisWorkQueueDataSource)
+    # Reads push their filters on ``state`` and ``id`` down; Spark refuses a Python data source
+    # that takes filters unless this is on (it changes nothing for sources that take none).
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

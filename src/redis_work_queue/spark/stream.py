@@ -4,18 +4,26 @@ Design
 ======
 
 **Offsets name leases.** Each micro-batch is one lease of up to ``maxItemsPerBatch`` items,
-taken for ``leaseSeconds``. Its offset is ``{"batch": <fresh UUIDv7 hex>, "items": <count>}``;
-the initial offset is ``{"batch": "", "items": 0}``. Offsets stay small: the ids, lease values
+taken for ``leaseSeconds``. Its offset names the queue, the batch (a fresh UUIDv7 hex) and its
+item count (see below); the initial offset names no batch. Offsets stay small: the ids, lease values
 (``Item.lease_token``) and delivery counts of a batch are kept beside the queue, in the string
 ``<queue>:spark:batch:<batch>`` (JSON, kept for a week), and in the memory of the driver.
 
 **Leasing happens on the driver,** in ``latestOffset``: Spark writes the offset it returns to the
 checkpoint's offset log before it plans the batch. A lease is then only ever taken for a batch
 that Spark knows of, or for none at all when the driver dies in between (those leases expire).
-``partitions(start, end)`` splits the batch's ids over ``numPartitions`` tasks; each task reads
-its items' data in pages (one read-only script call per page, ``lua/snapshot.lua``) and emits
-rows. A batch that Spark replays after a restart from its checkpoint is read from its record in
-Redis: it yields the same items (less any completed since).
+A batch is at most ``maxItemsPerBatch`` items (``getDefaultReadLimit``: Spark's admission
+control, which may ask for fewer). ``partitions(start, end)`` splits the batch's ids over
+``numPartitions`` tasks. The driver has the items' data from the lease: a batch of up to 16 MB
+of data travels with its partitions; a bigger one (or one that asks for the ``reason`` column)
+is read by the tasks in pages (one read-only script call per page, ``lua/snapshot.lua``). Every
+task emits Arrow record batches. A batch that Spark replays after a restart from its checkpoint
+is read from its record in Redis: it yields the same items (less any completed since).
+
+**Offsets say something:** ``{"queue", "batch", "items", "leased"}``, the last the items the
+query has leased so far. ``reportLatestOffset`` gives Spark's progress the queue's backlog:
+queued, leased, delayed and dead items, the items the query holds, and the age of the oldest
+queued item when its id is one this library made.
 
 **Completing is commit, and commit is checked.** A batch's items are completed only after Spark
 has recorded the batch in the checkpoint's commit log, that is after the sink has written it:
@@ -29,20 +37,26 @@ removes an item that another worker leased since, nor one added again under the 
 lease), from the moment they are taken until their batch is completed, so a slow batch keeps its
 items, however long it runs, for as long as the driver lives.
 
-**Failures lose nothing.** A query that dies (or is stopped) mid-batch stops renewing; its leases
-expire after at most ``leaseSeconds``. Restarted from its checkpoint, Spark replays the batch:
-its items are emitted again, and completed once the sink has written them. Not restarted, a light
+**Failures lose nothing.** A query that dies mid-batch stops renewing; its leases expire after
+at most ``leaseSeconds``. When Spark stops the source (``stop()``: a query that ends, or fails
+in the source), the reader gives the items of every batch not yet committed back at once, to the
+leasing end of the queue and without counting the delivery (``WorkQueue.give_back``). (Spark 4.3
+ends the source's process on ``query.stop()`` without calling ``stop()``: those leases run out
+instead.) Restarted from its checkpoint, Spark replays the uncommitted batch: the reader renews
+the leases it still holds and leases given-back items again (they are first in line), so the
+same items are emitted, and completed once the sink has written them. Not restarted, a light
 clean (run by every streaming read every ``cleanSeconds``, or by ``rwq light-clean``) requeues
-them for any other worker. An item is therefore written to the sink at least once; it is written
-twice only when a batch is interrupted between the sink's write and Spark's commit log entry, or
-when the lease expired before the commit (a driver that was down longer than ``leaseSeconds``).
+expired leases for any other worker. An item is therefore written to the sink at least once; it
+is written twice when a batch is interrupted between the sink's write and Spark's commit log
+entry, when the lease expired before the commit (a driver that was down longer than
+``leaseSeconds``), or when another worker took a given-back item before the replay.
 
 Spark 4.0 and 4.1 call ``latestOffset()`` without a start: the reader then uses the offset it
 returned last (after a restart, the first call returns an empty batch so that Spark commits the
 last batch of the checkpoint). With ``Trigger.AvailableNow`` (Spark 4.2 and later) the query
 leases at most as many items as were queued when it started, and completes its last batch before
-it ends. ``Trigger.Once`` ends without completing its batch: its items are delivered again after
-the lease expires.
+it ends. ``Trigger.Once`` never commits its batch, so the query fails at its first batch, saying
+to use ``availableNow``.
 """
 
 from __future__ import annotations
@@ -56,29 +70,37 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
-from .. import scripts
+from ..errors import InvalidArgumentError
 from ..item import Item, new_id
 from ..protocol import run
 from ..scripts import raw_command
-from .calls import complete_held, connect, snapshot_page
+from .calls import Entry, complete_held, connect, snapshot_page
 from .options import KEEP_SECS, StreamOptions, batch_key
-from .reader import row_of
+from .reader import Rows
 
 try:  # Spark 4.2 and later
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older Spark has no Trigger.AvailableNow for Python
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older Spark has no read limits for Python sources
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger(__name__)
 
-#: The offset before the first batch.
-INITIAL: dict[str, Any] = {"batch": "", "items": 0}
-#: Renewals sent per pipeline.
+#: Leases renewed or given back per round trip.
 RENEW_CHUNK = 1000
 #: Completed batches remembered, so that a second commit of one is skipped.
 DONE_MEMORY = 1024
+#: A batch whose data comes to at most this many bytes travels with its tasks' partitions (the
+#: driver has it from the lease); a bigger one, or a replayed one, is read again by the tasks.
+INLINE_BYTES = 16 << 20
 
 #: One leased item of a batch: id, lease value, delivery count.
 Held = tuple[str, str, int]
@@ -90,12 +112,27 @@ class LeasedPartition(InputPartition):
     Args:
         batch: The batch.
         items: Pairs of an item id and its delivery count.
+        data: The items' data, in the same order, when it travels with the partition.
     """
 
-    def __init__(self, batch: str, items: list[tuple[str, int]]) -> None:
+    def __init__(
+        self, batch: str, items: list[tuple[str, int]], data: list[bytes] | None = None
+    ) -> None:
         super().__init__(batch)
         self.batch = batch
         self.items = items
+        self.data = data
+
+
+def uuid7_age(item_id: str, now: float) -> float | None:
+    """Seconds since the UUIDv7 ``item_id`` (a fresh id of this library) was made, else None."""
+    if len(item_id) != 32 or item_id[12] != "7":
+        return None
+    try:
+        made = int(item_id[:12], 16) / 1000
+    except ValueError:
+        return None
+    return max(0.0, round(now - made, 3))
 
 
 class Lessee:
@@ -108,12 +145,14 @@ class Lessee:
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self.queue = options.where.work_queue()
-        self.db = connect(options.where.url)
+        self.db = connect(options.where)
         self.lock = threading.Lock()
         #: The items of each batch not yet completed.
         self.batches: dict[str, list[Held]] = {}
         #: The leases still held, per batch: id -> lease value. Renewed until completed.
         self.held: dict[str, dict[str, str]] = {}
+        #: The data of the batches leased by this driver and not planned yet.
+        self.data: dict[str, list[bytes]] = {}
         self.done: OrderedDict[str, None] = OrderedDict()
         #: The offset returned last (for Spark versions that call latestOffset without start).
         self.last: dict[str, Any] | None = None
@@ -121,6 +160,7 @@ class Lessee:
         self.remaining: int | None = None
         self.next_clean = 0.0
         self.stopping = threading.Event()
+        self.closed = False
         self.renewer = threading.Thread(
             target=self._renew_loop, name=f"renew leases of {options.where.queue}", daemon=True
         )
@@ -128,15 +168,25 @@ class Lessee:
 
     # Offsets ----------------------------------------------------------------------------------
 
+    def initial(self) -> dict[str, Any]:
+        """The offset before the first batch: no batch, nothing leased yet."""
+        return {"queue": self.options.where.queue, "batch": "", "items": 0, "leased": 0}
+
     def latest(self, start: dict[str, Any] | None, limit: object) -> dict[str, Any]:
         """Complete the batch that ends at ``start``, then lease the next one.
 
         Args:
             start: The end of the last batch Spark has written (None: Spark did not say).
-            limit: Spark's read limit; a ``max_rows`` in it lowers ``maxItemsPerBatch``.
+            limit: Spark's read limit: at most ``max_rows`` items (``maxItemsPerBatch`` by
+                default); everything queued with ``Trigger.AvailableNow``.
 
         Returns:
-            The new batch's offset, or ``start`` when there is nothing to lease.
+            The new batch's offset (the queue, the batch, its item count and the items leased
+            by the query so far), or ``start`` when there is nothing to lease.
+
+        Raises:
+            InvalidArgumentError: The query runs with ``Trigger.Once``, whose last batch is
+                never committed.
         """
         if start is None:
             start = self.last
@@ -144,20 +194,30 @@ class Lessee:
             self.finish(start)
         self._clean()
         items = self._lease(self._allowance(limit))
+        so_far = int((start or {}).get("leased", 0))
         if items:
             offset = self._record(items)
+            offset["leased"] = so_far + len(items)
         elif start is None:
-            offset = {"batch": new_id(), "items": 0}
+            offset = {**self.initial(), "batch": new_id()}
         else:
             offset = start
         self.last = offset
         return offset
 
     def _allowance(self, limit: object) -> int:
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            if self.remaining is None:
+                raise InvalidArgumentError(
+                    "a streaming read of a queue cannot run with trigger(once=True): Spark "
+                    "never commits its batch, so its items would be delivered again; use "
+                    "trigger(availableNow=True), which drains what is queued and then ends"
+                )
+            return self.remaining
         count = self.options.max_items
         max_rows = getattr(limit, "max_rows", None)
         if isinstance(max_rows, int) and max_rows > 0:
-            count = min(count, max_rows)
+            count = max_rows
         if self.remaining is not None:
             count = min(count, self.remaining)
         return count
@@ -181,12 +241,17 @@ class Lessee:
         with self.lock:
             self.batches[batch] = held
             self.held[batch] = {item_id: token for item_id, token, _ in held}
+            if sum(len(i.data()) for i in items) <= INLINE_BYTES:
+                self.data[batch] = [i.data() for i in items]
+        self._save(batch, held)
+        logger.debug("leased %d items of %s for batch %s", len(held), self.queue.name.prefix, batch)
+        return {"queue": self.options.where.queue, "batch": batch, "items": len(held)}
+
+    def _save(self, batch: str, held: list[Held]) -> None:
         record = json.dumps(held, separators=(",", ":"))
         raw_command(
             self.db, "SET", batch_key(self.options.where.queue, batch), record, "EX", KEEP_SECS
         )
-        logger.debug("leased %d items of %s for batch %s", len(held), self.queue.name.prefix, batch)
-        return {"batch": batch, "items": len(held)}
 
     def _load(self, batch: str) -> list[Held] | None:
         raw = raw_command(self.db, "GET", batch_key(self.options.where.queue, batch))
@@ -199,6 +264,38 @@ class Lessee:
             return
         self.next_clean = time.monotonic() + self.options.clean_secs
         self.queue.light_clean(self.db)
+
+    def backlog(self) -> dict[str, Any]:
+        """The queue's backlog, for Spark's progress reports (``latestOffset`` of the source).
+
+        ``queued``, ``leased`` (the processing list: leases held, and expired ones awaiting a
+        light clean), ``delayed`` and ``dead`` items; ``in_batches``, the items this query holds;
+        and, when the oldest queued item has an id this library made (a UUIDv7),
+        ``oldest_queued_secs``, its age.
+        """
+        keys = self.queue.keys
+        pipe = self.db.pipeline(transaction=False)
+        pipe.llen(keys.queue)
+        pipe.llen(keys.processing)
+        pipe.zcard(keys.delayed)
+        pipe.zcard(keys.dead)
+        pipe.lindex(keys.queue, -1)
+        queued, leased, delayed, dead, oldest = pipe.execute()
+        with self.lock:
+            in_batches = sum(len(held) for held in self.held.values())
+        report: dict[str, Any] = {
+            "queue": self.options.where.queue,
+            "queued": int(queued),
+            "leased": int(leased),
+            "delayed": int(delayed),
+            "dead": int(dead),
+            "in_batches": in_batches,
+        }
+        if oldest is not None:
+            age = uuid7_age(bytes(oldest).decode("utf-8", "replace"), time.time())
+            if age is not None:
+                report["oldest_queued_secs"] = age
+        return report
 
     # Planning ---------------------------------------------------------------------------------
 
@@ -214,6 +311,7 @@ class Lessee:
         self.last = end
         with self.lock:
             held = self.batches.get(batch)
+            data = self.data.pop(batch, None)
         if held is None:
             held = self._load(batch)
             if held is None:
@@ -227,16 +325,61 @@ class Lessee:
             logger.info(
                 "replaying batch %s of %s (%d items)", batch, self.queue.name.prefix, len(held)
             )
+            held = self._take_back(batch, held)
             with self.lock:
                 self.batches[batch] = held
                 self.held[batch] = {item_id: token for item_id, token, _ in held}
-            self.renew()
+        if not held:
+            return []
         tasks = max(1, min(self.options.partitions, len(held)))
         size = -(-len(held) // tasks)
         return [
-            LeasedPartition(batch, [(item_id, n) for item_id, _, n in held[i : i + size]])
+            LeasedPartition(
+                batch,
+                [(item_id, n) for item_id, _, n in held[i : i + size]],
+                None if data is None else data[i : i + size],
+            )
             for i in range(0, len(held), size)
         ]
+
+    def _take_back(self, batch: str, held: list[Held]) -> list[Held]:
+        """Hold the leases of a replayed batch again: renew those still held, lease the others.
+
+        A clean stop gave the batch's items back to the leasing end of the queue, so leasing
+        as many items as were lost takes those very items back in the common case. Items
+        leased that are not the batch's are given back at once; items of the batch that
+        another worker took meanwhile (or that are gone) are left out of the replay.
+        """
+        lease = self.options.lease_secs
+        flags = self.queue.renew_many(
+            self.db, [Item.handed_out(i, b"", n, t) for i, t, n in held], lease
+        )
+        lost = {item_id for (item_id, _, _), ok in zip(held, flags, strict=True) if not ok}
+        if not lost:
+            return held
+        got = self.queue.lease_many(self.db, lease, len(lost), block=False)
+        ours = {item.id(): item for item in got if item.id() in lost}
+        others = [item for item in got if item.id() not in lost]
+        if others:
+            self.queue.give_back(self.db, others)
+        kept: list[Held] = []
+        for item_id, token, n in held:
+            if item_id not in lost:
+                kept.append((item_id, token, n))
+            elif item_id in ours:
+                again = ours[item_id]
+                kept.append((item_id, again.lease_token or "", again.deliveries))
+        if len(kept) < len(held):
+            logger.warning(
+                "batch %s of %s: %d of its %d items are no longer the query's (another worker "
+                "has them, or they are gone); the replay leaves them out",
+                batch,
+                self.queue.name.prefix,
+                len(held) - len(kept),
+                len(held),
+            )
+        self._save(batch, kept)
+        return kept
 
     # Completing -------------------------------------------------------------------------------
 
@@ -248,6 +391,7 @@ class Lessee:
         with self.lock:
             held = self.batches.pop(batch, None)
             self.held.pop(batch, None)
+            self.data.pop(batch, None)
         if held is None and offset.get("items"):
             held = self._load(batch)
         if held:
@@ -256,7 +400,8 @@ class Lessee:
             if completed < len(pairs):
                 logger.warning(
                     "batch %s of %s: %d of its %d items were no longer held when it was "
-                    "committed (their leases expired); they are delivered again",
+                    "committed (their leases expired, or a stop gave them back); they are "
+                    "delivered again",
                     batch,
                     self.queue.name.prefix,
                     len(pairs) - completed,
@@ -266,6 +411,7 @@ class Lessee:
                 logger.debug(
                     "batch %s of %s: completed %d items", batch, self.queue.name.prefix, completed
                 )
+        if batch:
             raw_command(self.db, "DEL", batch_key(self.options.where.queue, batch))
         self.done[batch] = None
         while len(self.done) > DONE_MEMORY:
@@ -273,27 +419,24 @@ class Lessee:
 
     # Renewing ---------------------------------------------------------------------------------
 
-    def renew(self) -> None:
-        """Extend every lease still held to ``leaseSeconds`` from now; forget those lost."""
-        renew = scripts.load("renew")
-        ms = round(self.options.lease_secs * 1000)
-        keys = self.queue.keys
+    def _held_items(self) -> list[tuple[str, Item]]:
         with self.lock:
-            pairs = [
-                (batch, item_id, token)
+            return [
+                (batch, Item.handed_out(item_id, b"", 0, token))
                 for batch, held in self.held.items()
                 for item_id, token in held.items()
             ]
-            lost = 0
-            for start in range(0, len(pairs), RENEW_CHUNK):
-                chunk = pairs[start : start + RENEW_CHUNK]
-                pipe = self.db.pipeline(transaction=False)
-                for _, item_id, token in chunk:
-                    renew.queue_on(pipe, (keys.lease(item_id),), (token, ms))
-                for (batch, item_id, _), ok in zip(chunk, pipe.execute(), strict=True):
-                    if not int(ok):
-                        lost += 1
-                        self.held[batch].pop(item_id, None)
+
+    def renew(self) -> None:
+        """Extend every lease still held to ``leaseSeconds`` from now; forget those lost."""
+        pairs = self._held_items()
+        flags = self.queue.renew_many(self.db, [item for _, item in pairs], self.options.lease_secs)
+        lost = 0
+        with self.lock:
+            for (batch, item), ok in zip(pairs, flags, strict=True):
+                if not ok and batch in self.held:
+                    lost += 1
+                    self.held[batch].pop(item.id(), None)
         if lost:
             logger.warning(
                 "%d leases on %s ran out before their batch was committed; those items are "
@@ -312,10 +455,37 @@ class Lessee:
                 )
 
     def close(self) -> None:
-        """Stop renewing; leases of a batch not yet committed run out on their own."""
+        """Stop renewing, and give back the items of every batch Spark has not committed.
+
+        They go back to the leasing end of the queue, their delivery not counted, so another
+        worker (or this query, restarted) takes them at once rather than after their lease.
+        The batches' records stay: a restart from the checkpoint replays those batches, and
+        takes their items back first (see :meth:`_take_back`).
+        """
+        if self.closed:
+            return
+        self.closed = True
         self.stopping.set()
-        self.renewer.join(timeout=10)
-        self.db.close()
+        try:
+            pairs = self._held_items()
+            if pairs:
+                back = sum(self.queue.give_back(self.db, [item for _, item in pairs]))
+                logger.info(
+                    "stopped: gave %d uncommitted items of %s back to the queue",
+                    back,
+                    self.queue.name.prefix,
+                )
+        except Exception:
+            logger.warning(
+                "could not give the uncommitted items of %s back; they are delivered again "
+                "when their leases expire",
+                self.queue.name.prefix,
+                exc_info=True,
+            )
+        finally:
+            self.held = {}
+            self.renewer.join(timeout=10)
+            self.db.close()
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -323,17 +493,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Args:
         options: The stream options.
-        columns: The columns to produce, in order.
+        schema: The schema of the read.
     """
 
-    def __init__(self, options: StreamOptions, columns: Sequence[str]) -> None:
+    def __init__(self, options: StreamOptions, schema: StructType) -> None:
         self.options = options
-        self.columns = tuple(columns)
+        self.schema = schema
         self._lessee: Lessee | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the options only: the driver's state never travels to the tasks."""
-        return {"options": self.options, "columns": self.columns, "_lessee": None}
+        return {"options": self.options, "schema": self.schema, "_lessee": None}
 
     def lessee(self) -> Lessee:
         """The driver's state, made on first use (the reader is created in several places)."""
@@ -343,13 +513,23 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """The offset before the first batch: no batch."""
-        return dict(INITIAL)
+        return self.lessee().initial()
 
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
         """Complete the batch that ends at ``start`` and lease the next one."""
         return self.lessee().latest(start, limit)
+
+    def getDefaultReadLimit(self) -> Any:
+        """At most ``maxItemsPerBatch`` items a batch (Spark's admission control)."""
+        if ReadMaxRows is None:  # pragma: no cover - Spark 4.0 and 4.1
+            return None
+        return ReadMaxRows(self.options.max_items)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """The queue's backlog, shown as the source's ``latestOffset`` in the query progress."""
+        return self.lessee().backlog()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Lease no more items than are queued now, so that the query ends."""
@@ -358,26 +538,54 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Split the batch that ends at ``end`` over tasks."""
-        return self.lessee().plan(start, end)
+        planned = self.lessee().plan(start, end)
+        if any(field.name.lower() == "reason" for field in self.schema.fields):
+            for partition in planned:  # the reasons are read with the items, in the tasks
+                partition.data = None
+        return planned
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Emit the rows of one task's items, fetched in pages (runs in a task)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Emit one task's items, one record batch a page (runs in a task).
+
+        The data comes with the partition, or is fetched in pages of ``chunkSize`` items.
+        """
         if not isinstance(partition, LeasedPartition) or not partition.items:
+            return
+        rows = Rows(self.schema)
+        if partition.data is not None:
+            lease = self.options.lease_secs  # renewed until the batch is committed
+            step = self.options.chunk_size
+            for start in range(0, len(partition.items), step):
+                page = [
+                    (Entry(item_id, data, n, lease, None), "leased")
+                    for (item_id, n), data in zip(
+                        partition.items[start : start + step],
+                        partition.data[start : start + step],
+                        strict=True,
+                    )
+                ]
+                yield rows.batch(page)
             return
         ops = self.options.where.work_queue().ops
         deliveries = dict(partition.items)
         ids = [item_id for item_id, _ in partition.items]
-        db = connect(self.options.where.url)
+        db = connect(self.options.where)
         try:
             position = 0
             while position < len(ids):
-                page = ids[position : position + self.options.chunk_size]
+                wanted = ids[position : position + self.options.chunk_size]
                 examined, entries = run(
-                    db, snapshot_page(ops, "ids", self.options.chunk_bytes, *page)
+                    db, snapshot_page(ops, "ids", self.options.chunk_bytes, *wanted)
                 )
-                for entry in entries:
-                    ours = replace(entry, deliveries=deliveries.get(entry.id, entry.deliveries))
-                    yield row_of(ours, entry.state("processing"), self.columns)
+                page = [
+                    (
+                        replace(entry, deliveries=deliveries.get(entry.id, entry.deliveries)),
+                        entry.state("processing"),
+                    )
+                    for entry in entries
+                ]
+                if page:
+                    yield rows.batch(page)
                 position += max(examined, 1)
         finally:
             db.close()
@@ -387,7 +595,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.lessee().finish(end)
 
     def stop(self) -> None:
-        """Stop renewing (the query has ended)."""
+        """Stop renewing and give back what Spark has not committed (the query has ended)."""
         if self._lessee is not None:
             self._lessee.close()
             self._lessee = None

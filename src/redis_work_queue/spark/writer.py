@@ -1,14 +1,24 @@
 """Batch and streaming writes: every row becomes an item.
 
-Each Spark task opens its own connection and adds its rows in chunks, one script call per chunk
-of up to 500 items (``WorkQueue.add_items``). With an id column, the adds check each id first,
-so a task that Spark retries, a micro-batch it replays or a job run a second time never queues
-an item twice: ids that are there already are counted, not added. Without one, every row gets a
-fresh UUIDv7 id, so a retry queues its rows again.
+Spark hands each task its rows as Arrow record batches. A task first reads its whole partition
+and checks it: a row whose id (``idColumn``) is null or empty, or whose data (``dataColumn``) is
+null, fails the task before it adds anything (``badRows=fail``, the default; the error names the
+row's position and column, never its data), or is left out and counted (``badRows=skip``). Rows
+of one task that share an id are counted as duplicates: the first of them, in the partition's
+order, is the one added (to choose the winner among partitions too, ``repartition`` the frame by
+its id column, and order it within partitions, before the write).
 
-Each task reports how many items it added and how many were there already; the commit, on the
-driver, adds them up, logs the totals and keeps them in a small hash beside the queue
-(``<queue>:spark:write``, kept for a week; see :func:`last_write`).
+Then the task adds its items in chunks of at most ``chunkSize`` rows and ``chunkBytes`` bytes of
+data (``WorkQueue.add_items``: one script call per 500 items at most), on a connection of its own.
+With an id column, the adds check each id first, so a task that Spark retries, a micro-batch it
+replays or a job run a second time never queues an item twice: ids that are there already are
+counted, not added. Without one, every row gets a fresh UUIDv7 id, so a retry queues its rows
+again.
+
+Each task reports how many items it added, how many were there already, and how many rows it
+skipped or found duplicated; the commit, on the driver, adds them up, logs the totals and keeps
+them in a small hash beside the queue (``<queue>:spark:write``, kept for a week; see
+:func:`last_write`).
 """
 
 from __future__ import annotations
@@ -17,17 +27,18 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from datetime import time as clock_time
 from decimal import Decimal
 from typing import Any
 
-from pyspark.sql import Row
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
-    DataSourceStreamWriter,
-    DataSourceWriter,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
@@ -45,15 +56,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class AddCounts(WriterCommitMessage):
-    """What one task added.
+    """What one task did.
 
     Attributes:
         added: Items it added.
         existing: Rows whose id was in the queue already (nothing changed for them).
+        skipped: Rows left out for a null id or null data (``badRows=skip``).
+        duplicates: Rows left out because an earlier row of the task had the same id.
     """
 
     added: int = 0
     existing: int = 0
+    skipped: int = 0
+    duplicates: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,8 @@ class WriteReport:
         tasks: Tasks that reported.
         batch_id: The micro-batch, for a streaming write; None for a batch write.
         committed_at: When the write was committed (seconds since the epoch).
+        skipped: Rows left out for a null id or null data (``badRows=skip``).
+        duplicates: Rows left out because an earlier row of their task had the same id.
     """
 
     added: int
@@ -73,10 +90,12 @@ class WriteReport:
     tasks: int
     batch_id: int | None
     committed_at: float
+    skipped: int = 0
+    duplicates: int = 0
 
     @property
     def rows(self) -> int:
-        """Rows written: added plus existing."""
+        """Rows written: added plus existing (skipped and duplicate rows not counted)."""
         return self.added + self.existing
 
 
@@ -87,23 +106,24 @@ def _json_default(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, Row):
-        return value.asDict(recursive=True)
     raise TypeError(f"cannot turn a {type(value).__name__} into JSON")
 
 
 def to_json(value: Any) -> str:
-    """Compact JSON of a row or of one of its values.
+    """Compact JSON of a row (a dict) or of one of its values.
 
-    Dates and times become ISO 8601 text, decimals strings, binary base64, structs objects.
+    Dates and times become ISO 8601 text, decimals strings, binary base64, structs and maps
+    objects.
     """
-    if isinstance(value, Row):
-        value = value.asDict(recursive=True)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
+#: Arrow types whose values are an item's data as they are.
+_RAW_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
+
+
 class RowsToItems:
-    """Turns rows into items, as the write options say.
+    """Turns record batches into ids and data, as the write options say.
 
     Args:
         options: The write options.
@@ -117,6 +137,8 @@ class RowsToItems:
         names = list(schema.fieldNames())
         self.id_index = self._index(names, options.id_column, "idColumn")
         self.data_index = self._index(names, options.data_column, "dataColumn")
+        self.id_name = None if self.id_index is None else names[self.id_index]
+        self.data_name = None if self.data_index is None else names[self.data_index]
 
     @staticmethod
     def _index(names: Sequence[str], column: str | None, option: str) -> int | None:
@@ -129,34 +151,82 @@ class RowsToItems:
             return lowered.index(column.lower())
         raise InvalidArgumentError(f"{option} {column!r} is not a column: {names}")
 
-    def item(self, row: Row) -> Item:
-        """The item of one row.
+    def ids(self, batch: pa.RecordBatch) -> list[str | None] | None:
+        """The ids of a batch's rows (None or empty: no id), or None without an id column."""
+        if self.id_index is None:
+            return None
+        column = batch.column(self.id_index)
+        if column.type not in (pa.string(), pa.large_string()):
+            column = pc.cast(column, pa.string())
+        ids: list[str | None] = column.to_pylist()
+        return ids
 
-        Raises:
-            InvalidArgumentError: The row's id or data is null.
-        """
-        item_id: str | None = None
-        if self.id_index is not None:
-            value = row[self.id_index]
-            if value is None or value == "":
-                raise InvalidArgumentError(f"a row has no id: {row!r}")
-            item_id = value if isinstance(value, str) else str(value)
+    def data(self, batch: pa.RecordBatch) -> list[Any]:
+        """The data of a batch's rows: bytes or str, or None where the data column is null."""
         if self.data_index is None:
-            return Item(to_json(row), id=item_id)
-        data = row[self.data_index]
-        if data is None:
-            raise InvalidArgumentError(f"a row has no data: {row!r}")
-        if not isinstance(data, str | bytes | bytearray | memoryview):
-            data = to_json(data)
-        return Item(data, id=item_id)
+            return [to_json(row) for row in batch.to_pylist(maps_as_pydicts="strict")]
+        column = batch.column(self.data_index)
+        if column.type in _RAW_TYPES:
+            raw: list[Any] = column.to_pylist()
+            return raw
+        values = column.to_pylist(maps_as_pydicts="strict")
+        return [None if value is None else to_json(value) for value in values]
 
 
-def add_rows(options: WriteOptions, rows_to_items: RowsToItems, rows: Iterator[Row]) -> AddCounts:
-    """Add every row to the queue, in chunks, on a connection of this task's own."""
-    queue = options.where.work_queue()
-    unique = rows_to_items.id_index is None
+def checked_rows(
+    options: WriteOptions, rows_to_items: RowsToItems, batches: Iterable[pa.RecordBatch]
+) -> tuple[list[Item], AddCounts]:
+    """Read and check a task's whole partition; the items to add, and what was left out.
+
+    Raises:
+        InvalidArgumentError: A row has a null or empty id, or null data, and ``badRows`` is
+            ``fail``. The message gives the row's position in the partition and the column,
+            never the row's data.
+    """
     counts = AddCounts()
-    db = connect(options.where.url)
+    items: list[Item] = []
+    seen: set[str] = set()
+    position = 0
+    for batch in batches:
+        ids = rows_to_items.ids(batch)
+        data = rows_to_items.data(batch)
+        for offset, value in enumerate(data):
+            item_id = None if ids is None else ids[offset]
+            bad = None
+            if ids is not None and not item_id:
+                bad = f"a null or empty id (idColumn {rows_to_items.id_name!r})"
+            elif value is None:
+                bad = f"null data (dataColumn {rows_to_items.data_name!r})"
+            if bad is not None:
+                if not options.skip_bad_rows:
+                    raise InvalidArgumentError(
+                        f"row {position + offset} of this task's partition has {bad}: nothing "
+                        f"of the partition was added to {options.where.queue!r}; filter such "
+                        "rows out, or give the option badRows=skip to leave them out and count "
+                        "them"
+                    )
+                counts.skipped += 1
+                continue
+            if item_id is not None:
+                if item_id in seen:
+                    counts.duplicates += 1
+                    continue
+                seen.add(item_id)
+            items.append(Item(value, id=item_id))
+        position += batch.num_rows
+    return items, counts
+
+
+def add_rows(
+    options: WriteOptions, rows_to_items: RowsToItems, batches: Iterator[pa.RecordBatch]
+) -> AddCounts:
+    """Check a partition's rows, then add them in chunks, on a connection of this task's own."""
+    items, counts = checked_rows(options, rows_to_items, batches)
+    if not items:
+        return counts
+    queue = options.where.work_queue()
+    unique = rows_to_items.id_index is None  # fresh ids: no existence check needed
+    db = connect(options.where)
     try:
 
         def flush(chunk: list[Item]) -> None:
@@ -166,11 +236,13 @@ def add_rows(options: WriteOptions, rows_to_items: RowsToItems, rows: Iterator[R
             counts.existing += len(flags) - added
 
         chunk: list[Item] = []
-        for row in rows:
-            chunk.append(rows_to_items.item(row))
-            if len(chunk) >= options.chunk_size:
+        size = 0
+        for item in items:
+            chunk.append(item)
+            size += len(item.data())
+            if len(chunk) >= options.chunk_size or size >= options.chunk_bytes:
                 flush(chunk)
-                chunk = []
+                chunk, size = [], 0
         if chunk:
             flush(chunk)
     finally:
@@ -184,6 +256,8 @@ def _totals(messages: Sequence[WriterCommitMessage | None]) -> AddCounts:
         if isinstance(message, AddCounts):
             total.added += message.added
             total.existing += message.existing
+            total.skipped += message.skipped
+            total.duplicates += message.duplicates
     return total
 
 
@@ -196,10 +270,13 @@ def _report(
     tasks = sum(isinstance(m, AddCounts) for m in messages)
     where = options.where.queue if batch_id is None else f"{options.where.queue}, batch {batch_id}"
     logger.info(
-        "write to %s: added %d items, %d were there already (%d tasks)",
+        "write to %s: added %d items, %d were there already, %d rows skipped, %d duplicate "
+        "ids (%d tasks)",
         where,
         total.added,
         total.existing,
+        total.skipped,
+        total.duplicates,
         tasks,
     )
     if options.report_key is None:
@@ -207,11 +284,13 @@ def _report(
     fields = {
         "added": total.added,
         "existing": total.existing,
+        "skipped": total.skipped,
+        "duplicates": total.duplicates,
         "tasks": tasks,
         "batch_id": "" if batch_id is None else batch_id,
         "committed_at": f"{time.time():.3f}",
     }
-    db = connect(options.where.url)
+    db = connect(options.where)
     try:
         pipe = db.pipeline(transaction=True)
         pipe.delete(options.report_key)
@@ -244,6 +323,8 @@ def last_write(db: Redis, queue: str, key: str | None = None) -> WriteReport | N
         tasks=int(fields["tasks"]),
         batch_id=int(fields["batch_id"]) if fields.get("batch_id") else None,
         committed_at=float(fields["committed_at"]),
+        skipped=int(fields.get("skipped", 0)),
+        duplicates=int(fields.get("duplicates", 0)),
     )
 
 
@@ -259,12 +340,12 @@ class _RowsWriter:
         self.options = options
         self.rows_to_items = RowsToItems(options, schema)
 
-    def write(self, iterator: Iterator[Row]) -> AddCounts:
-        """Add one partition's rows (runs in a task)."""
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> AddCounts:
+        """Check, then add one partition's rows (runs in a task)."""
         return add_rows(self.options, self.rows_to_items, iterator)
 
 
-class QueueWriter(_RowsWriter, DataSourceWriter):
+class QueueWriter(_RowsWriter, DataSourceArrowWriter):
     """A batch write (``df.write.format(NAME)...save()``, mode append)."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -283,7 +364,7 @@ class QueueWriter(_RowsWriter, DataSourceWriter):
         )
 
 
-class QueueStreamWriter(_RowsWriter, DataSourceStreamWriter):
+class QueueStreamWriter(_RowsWriter, DataSourceStreamArrowWriter):
     """A streaming write (``df.writeStream.format(NAME)``): each micro-batch is a batch write."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
