@@ -127,8 +127,8 @@ class QueueKeys:
     (a short list) wake workers that block on several queues at once. The worker runner keeps
     ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean lately),
     ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each live
-    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout uses are
-    :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
+    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout
+    uses are :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
     """
 
     __slots__ = (
