@@ -167,3 +167,35 @@ def test_rwq_info_reports_the_policy(server: RedisServer) -> None:
     row = json.loads(done.stdout)["jobs"]
     assert row["maxmemory_policy"] == "allkeys-lru"
     assert "set maxmemory-policy noeviction" in row["eviction_warning"].lower()
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_a_worker_warns_at_start_on_an_evicting_server(
+    server: RedisServer, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """The worker runtime checks the policy when it starts: one warning naming it."""
+    from redis_work_queue import AsyncWorker, AsyncWorkQueue, Worker  # noqa: PLC0415
+
+    server.client().config_set("maxmemory-policy", "allkeys-lru")
+    caplog.set_level(logging.WARNING, logger="redis_work_queue.server")
+    if kind == "threads":
+        worker = Worker(server.url, [WorkQueue(KeyPrefix("ev"))], lambda item: None, poll_secs=0.1)
+        worker.stop()
+        worker.run(signals=())
+    else:
+
+        async def main() -> None:
+            queues = [AsyncWorkQueue(KeyPrefix("ev"))]
+
+            async def handler(item: Item) -> None:
+                return None
+
+            worker = AsyncWorker(server.url, queues, handler, poll_secs=0.1)
+            worker.stop()
+            await worker.run(signals=())
+
+        asyncio.run(main())
+    logged = warnings_logged(caplog)
+    assert len(logged) == 1
+    assert "allkeys-lru" in logged[0]
+    assert "noeviction" in logged[0]

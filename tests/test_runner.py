@@ -41,7 +41,7 @@ from redis_work_queue import (
 from redis_work_queue.errors import WorkerFailedError
 from redis_work_queue.health import alive_workers, live_workers
 from redis_work_queue.ops import MAX_SECS
-from redis_work_queue.runner import REASON_MAX_BYTES, failure_reason
+from redis_work_queue.runner import REASON_MAX_BYTES, Outage, failure_reason
 from runner_handlers import job
 from servers import (  # noqa: F401 (the fixtures)
     Proc,
@@ -885,3 +885,19 @@ def test_release_that_cannot_be_written_in_time_is_left_to_the_lease(
         worker.stop()
     assert stats.failed >= 1
     assert WorkQueue(KeyPrefix(P)).stats(db).expired + WorkQueue(KeyPrefix(P)).stats(db).leased
+
+
+def test_a_reply_sent_before_an_outage_does_not_end_it(caplog: pytest.LogCaptureFixture) -> None:
+    """One WARNING and one INFO per outage, even when a call sent just before the connection
+    went gets its reply after another loop saw the failure."""
+    caplog.set_level(logging.INFO, logger="redis_work_queue.worker")
+    outage = Outage()
+    sent_before = time.monotonic()
+    outage.failed(ConnectionError("gone"))
+    outage.recovered(sent_before)  # that reply says nothing about the outage's end
+    assert outage.active
+    outage.failed(ConnectionError("still gone"))
+    outage.recovered(time.monotonic())
+    assert not outage.active
+    levels = [r.levelno for r in caplog.records if r.name == "redis_work_queue.worker"]
+    assert levels == [logging.WARNING, logging.INFO]

@@ -20,7 +20,9 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
+from . import server
 from .aio import AsyncWorkQueue, lease_from
 from .errors import WorkerFailedError
 from .item import Item
@@ -165,6 +167,10 @@ class AsyncWorker:
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # not the main thread, or no support
                 pass
+        try:
+            await server.acheck_eviction(self.db)
+        except RedisError as err:  # unreachable now: the runner waits for it and says so
+            logger.debug("could not read the eviction policy: %s", err)
         core = Core(
             self.options,
             self.queues,

@@ -394,11 +394,17 @@ class Outage:
                 RECONNECT_MAX_SECS,
             )
 
-    def recovered(self) -> None:
-        """Note a successful call (logs an INFO if this ends an outage)."""
+    def recovered(self, begun: float) -> None:
+        """Note a successful call sent at ``begun`` (logs an INFO if this ends an outage).
+
+        A call sent before the outage began (its reply came just before the connection went)
+        says nothing about its end, and leaves it on.
+        """
         if self.since is None:
             return
         with self._lock:
+            if self.since is None or begun < self.since:
+                return
             since, errors, self.since = self.since, self.errors, None
         if since is not None:
             logger.info(
@@ -666,6 +672,7 @@ class Core:
         attempt = 0
         while not self.stop_flag.is_set():
             failure: BaseException | None = None
+            begun = time.monotonic()
             try:
                 leased = yield Op(
                     self.lease_from,
@@ -679,7 +686,7 @@ class Core:
                 attempt += 1
                 continue
             attempt = 0
-            self.outage.recovered()
+            self.outage.recovered(begun)
             if leased is None:
                 continue
             queue, item = leased
@@ -752,6 +759,7 @@ class Core:
         attempt = 0
         while True:
             failure: BaseException | None = None
+            begun = time.monotonic()
             try:
                 done = yield Op(job.queue.complete, (job.item,))
             except Exception as err:
@@ -769,7 +777,7 @@ class Core:
             retried = True
             yield from self._trouble(failure, attempt)
             attempt += 1
-        self.outage.recovered()
+        self.outage.recovered(begun)
         if done and not lost:
             self.count(completed=1)
             if retried:
@@ -800,6 +808,7 @@ class Core:
         attempt = 0
         while True:
             failure: BaseException | None = None
+            begun = time.monotonic()
             try:
                 outcome = yield Op(
                     job.queue.release_outcome, (item,), {"delay": delay, "reason": reason}
@@ -819,7 +828,7 @@ class Core:
             retried = True
             yield from self._trouble(failure, attempt)
             attempt += 1
-        self.outage.recovered()
+        self.outage.recovered(begun)
         summary = reason.partition("\n")[0]
         exc_info = (type(error), error, error.__traceback__) if error is not None else None
         if outcome == Released.BURIED:
@@ -881,6 +890,7 @@ class Core:
 
     def _renew(self, job: Job) -> Loop:
         asked = time.monotonic()
+        begun = time.monotonic()
         try:
             held = yield Op(job.queue.renew, (job.item, self.options.lease_secs))
         except Exception as err:
@@ -888,7 +898,7 @@ class Core:
                 raise
             self.outage.failed(err)
             return
-        self.outage.recovered()
+        self.outage.recovered(begun)
         if held:
             job.renewed = asked
         else:

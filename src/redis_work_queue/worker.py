@@ -39,6 +39,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import server
 from .errors import InvalidArgumentError, WorkerFailedError
 from .item import Item
 from .keyprefix import KeyPrefix
@@ -105,6 +106,14 @@ def load_handler(spec: str) -> Handler:
         raise InvalidArgumentError(f"handler {spec!r} is not callable")
     handler: Handler = target
     return handler
+
+
+def _warn_if_evicting(db: Any) -> None:
+    """Log once when the server may evict queue keys (see :func:`server.check_eviction`)."""
+    try:
+        server.check_eviction(db)
+    except redis.RedisError as err:  # unreachable now: the runner waits for it and says so
+        logger.debug("could not read the eviction policy: %s", err)
 
 
 class Worker:
@@ -323,6 +332,7 @@ class Worker:
 
     def _run_threads(self) -> Core:
         db = self._connect()
+        _warn_if_evicting(db)
         core = self._new_core(True, " (its thread is abandoned; a new thread takes its slot)")
         slots: dict[int, threading.Thread] = {}
         lock = threading.Lock()
@@ -362,6 +372,7 @@ class Worker:
 
     def _run_processes(self) -> Core:
         db = self._connect()
+        _warn_if_evicting(db)
         core = self._new_core(False, " (its process is killed and replaced)")
         ctx = multiprocessing.get_context("spawn")
         pipes: dict[Any, int] = {}  # the read end of each child's pipe -> its slot
