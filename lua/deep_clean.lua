@@ -14,10 +14,7 @@
 -- hold. A held item that no longer exists only loses its hold and bookkeeping. Every key that may
 -- be written is read first: a key of the wrong type fails the call before anything is written.
 local hold = HOLD_PREFIX .. arg(1)
-redis.call('LLEN', Q.queue)
-redis.call('LLEN', Q.wake)
-redis.call('HLEN', Q.deliveries)
-redis.call('HLEN', Q.reasons)
+check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons})
 local mine = {}
 for i = NQ + 2, #ARGV do
   local id = ARGV[i]

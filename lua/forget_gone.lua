@@ -7,8 +7,7 @@
 -- Returns {microseconds this call held Redis, next cursor, fields seen, ids forgotten}.
 -- Keeps: the bookkeeping of an existing item is never touched. Both hashes are read before the
 -- first write, so a key of the wrong type fails the call before anything is written.
-redis.call('HLEN', Q.deliveries)
-redis.call('HLEN', Q.reasons)
+check_types('hash', {Q.deliveries, Q.reasons})
 local key = arg(1) == 'reasons' and Q.reasons or Q.deliveries
 local found = redis.call('HSCAN', key, arg(2), 'COUNT', tonumber(arg(3)))
 local fields = found[2]

@@ -20,13 +20,8 @@
 -- list in the same step, so it is never both queued and leased. Every key that may be written is
 -- read first: a key of the wrong type fails the call before anything is written.
 local budget, max, due = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
-redis.call('LLEN', Q.queue)
-redis.call('LLEN', Q.wake)
-redis.call('HLEN', Q.deliveries)
-redis.call('HLEN', Q.reasons)
-redis.call('ZCARD', Q.dead)
-redis.call('ZCARD', Q.delayed)
-redis.call('ZCARD', Q.waiting)
+check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons},
+  'zset', {Q.dead, Q.delayed, Q.waiting})
 local ids = redis.call('LRANGE', Q.processing, -budget, -1)
 local data, leases = {}, {}
 for i = #ids, 1, -1 do
