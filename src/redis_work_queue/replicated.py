@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
@@ -128,44 +128,92 @@ def _send_once(
     if single is not None:
         conn, lock = single
         with lock if lock is not None else contextlib.nullcontext():
-            return _exchange(conn, script, keys, args, wait, by_sha)
+            return _run(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
     pool = db.connection_pool
     conn = pool.get_connection(*_name_for(pool, script))
     try:
-        return _exchange(conn, script, keys, args, wait, by_sha)
+        return _run(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
     finally:
         pool.release(conn)
 
 
-def _exchange(
+def _exchange_steps(
     conn: Any,
     script: scripts.Script,
     keys: Sequence[str],
     args: Sequence[scripts.Arg],
     wait: tuple[int, int],
     by_sha: bool,
-) -> tuple[Any, int]:
-    conn.connect()  # connecting sends nothing: the connection's own retry applies
+) -> Generator[tuple[Any, ...], Any, tuple[Any, int]]:
+    """The exchange on one connection, as steps that :func:`_run` or :func:`_arun` perform.
+
+    Each step is ``(method name, *args)`` or ``(method name, *args, keyword dict)`` of the
+    connection; an error of a step is thrown back into the generator.
+    """
+    yield ("connect",)  # connecting sends nothing: the connection's own retry applies
     commands = [_commands(script, keys, args, by_sha), ("WAIT", *wait)]
     first: BaseException | None = None
     reply: Any = None
     try:
-        conn.send_packed_command(conn.pack_commands(commands))
+        yield ("send_packed_command", conn.pack_commands(commands))
         try:
-            reply = conn.read_response(disable_decoding=True)
+            reply = yield ("read_response", {"disable_decoding": True})
         except ResponseError as err:
             first = err
         try:
-            acked = conn.read_response(**_wait_read_options(conn, wait))
+            acked = yield ("read_response", _wait_read_options(conn, wait))
         except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
             acked = err
     except _LOST as err:
-        conn.disconnect()
+        yield ("disconnect",)
         raise _lost(script.name, first, err) from err
     except BaseException:
-        conn.disconnect()
+        yield ("disconnect",)
         raise
     return _settle(first, reply, acked)
+
+
+def _split(step: tuple[Any, ...]) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    name, *rest = step
+    if rest and isinstance(rest[-1], dict):
+        return name, tuple(rest[:-1]), rest[-1]
+    return name, tuple(rest), {}
+
+
+def _run(conn: Any, steps: Generator[tuple[Any, ...], Any, tuple[Any, int]]) -> tuple[Any, int]:
+    """Perform the steps on a synchronous connection."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            result: tuple[Any, int] = done.value
+            return result
+        name, args, kwargs = _split(step)
+        try:
+            reply, error = getattr(conn, name)(*args, **kwargs), None
+        except BaseException as err:  # handed back to the steps, which re-raise it
+            reply, error = None, err
+
+
+async def _arun(
+    conn: Any, steps: Generator[tuple[Any, ...], Any, tuple[Any, int]]
+) -> tuple[Any, int]:
+    """Perform the steps on a ``redis.asyncio`` connection."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            result: tuple[Any, int] = done.value
+            return result
+        name, args, kwargs = _split(step)
+        try:
+            reply, error = await getattr(conn, name)(*args, **kwargs), None
+        except BaseException as err:  # handed back to the steps, which re-raise it
+            reply, error = None, err
 
 
 def script_and_wait(
@@ -215,45 +263,14 @@ async def _asend_once(
         conn, lock = single
         if isinstance(lock, asyncio.Lock):
             async with lock:
-                return await _aexchange(conn, script, keys, args, wait, by_sha)
-        return await _aexchange(conn, script, keys, args, wait, by_sha)
+                return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
+        return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
     pool = db.connection_pool
     conn = await pool.get_connection(*_name_for(pool, script))
     try:
-        return await _aexchange(conn, script, keys, args, wait, by_sha)
+        return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
     finally:
         await pool.release(conn)
-
-
-async def _aexchange(
-    conn: Any,
-    script: scripts.Script,
-    keys: Sequence[str],
-    args: Sequence[scripts.Arg],
-    wait: tuple[int, int],
-    by_sha: bool,
-) -> tuple[Any, int]:
-    await conn.connect()
-    commands = [_commands(script, keys, args, by_sha), ("WAIT", *wait)]
-    first: BaseException | None = None
-    reply: Any = None
-    try:
-        await conn.send_packed_command(conn.pack_commands(commands))
-        try:
-            reply = await conn.read_response(disable_decoding=True)
-        except ResponseError as err:
-            first = err
-        try:
-            acked = await conn.read_response(**_wait_read_options(conn, wait))
-        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
-            acked = err
-    except _LOST as err:
-        await conn.disconnect()
-        raise _lost(script.name, first, err) from err
-    except BaseException:
-        await conn.disconnect()
-        raise
-    return _settle(first, reply, acked)
 
 
 async def ascript_and_wait(
