@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_QUIET ?= -q
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e '.[embedded]'
+	touch $@
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install $(PIP_QUIET) -e '.[docs]'
 	touch $@
 
 ## demo: producer + worker processes + cleaner (embedded server unless REDIS_URL is set)
@@ -34,14 +38,25 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy --strict src
+	$(BIN)/python -m redis_work_queue.lualint
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
-## bench: figures and same-run ratios against the published baseline client
+## bench: figures and same-run ratios against the published baseline client and the peers
+## (rq, BullMQ, Redis Streams; the bench extra), then the wire path against redis-py's own
+## EVALSHA, Redis time per script call against minimal scripts, and the import time
 bench: $(VENV)/.installed
+	$(BIN)/pip install $(PIP_QUIET) -e '.[bench]'
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/wire_bench.py
+	$(BIN)/python bench/script_time.py
+	$(BIN)/python bench/import_time.py
+
+## docs: the documentation site (MkDocs), warnings as errors, into site/
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dist build site .pytest_cache .mypy_cache .ruff_cache

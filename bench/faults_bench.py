@@ -3,7 +3,7 @@
 Usage: python bench/faults_bench.py [--quick] [--json FILE] [--seed N] [--only MODE ...]
 
 Starts its own redis-server on a free port with the fault suite's TCP proxy in front of it
-(``tests/faults.py``, imported by path), and an ``rwq worker`` (no-op handler) connected through
+(``tests/servers.py``, the tests' launcher), and an ``rwq worker`` (no-op handler) connected through
 the proxy. Each round queues a batch of items directly on the server and times until the worker
 has drained it (nothing queued or leased), once with the proxy cutting every connection at
 random intervals and once without; rounds alternate and the best round of each counts (after
@@ -14,14 +14,12 @@ worker its lease time (``--lease-secs``) before it is handed out again.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
@@ -33,23 +31,14 @@ for path in (REPO / "tests", REPO / "src"):
 import redis  # noqa: E402
 
 import faults  # noqa: E402
+import rows  # noqa: E402
 from redis_work_queue import Item, KeyPrefix, WorkQueue  # noqa: E402
-from servers import poll, start_server  # noqa: E402
+from servers import Proxy, exit_on_sigterm, poll, start_server  # noqa: E402
 
 LEASE_SECS = 2.0
 #: Gaps between cuts, in seconds.
 CUT_GAPS = (0.1, 0.4)
 DRAIN_DEADLINE = 60.0
-
-
-def _load_run() -> ModuleType:
-    """bench/run.py, for its table."""
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass(frozen=True)
@@ -68,7 +57,7 @@ MODES = (
 
 
 def drain_secs(
-    db: redis.Redis, queue: WorkQueue, proxy: faults.Proxy, items: int, cuts: bool, seed: int
+    db: redis.Redis, queue: WorkQueue, proxy: Proxy, items: int, cuts: bool, seed: int
 ) -> tuple[float, int]:
     """Queue ``items`` and time until the worker has drained them; return (secs, cuts)."""
     queue.add_items(db, [Item(b"x" * 82) for _ in range(items)])
@@ -85,7 +74,7 @@ def drain_secs(
 
 
 def run_mode(
-    mode: Mode, port: int, proxy: faults.Proxy, workdir: Path, items: int, rounds: int, seed: int
+    mode: Mode, port: int, proxy: Proxy, workdir: Path, items: int, rounds: int, seed: int
 ) -> dict[str, Any]:
     db = redis.Redis(port=port, socket_timeout=10)
     queue = WorkQueue(KeyPrefix(f"faults-bench-{mode.key}"))
@@ -119,19 +108,17 @@ def run_mode(
     return result
 
 
-def rows(
-    run: ModuleType, modes: list[Mode], results: dict[str, dict[str, Any]], items: int
-) -> list[Any]:
+def table_rows(modes: list[Mode], results: dict[str, dict[str, Any]], items: int) -> list[Any]:
     out = []
     low, high = CUT_GAPS
     for mode in modes:
         res = results[mode.key]
         clean = max(res["clean"], default=None) if "error" not in res else None
         cut = max(res["cut"], default=None) if "error" not in res else None
-        ratio = run.Ratio(run.div(cut, clean), "same worker, no cuts")
+        ratio = rows.Ratio(rows.div(cut, clean), "same worker, no cuts")
         cuts = sum(res["cuts"])
         label = f"{mode.label}, {items} items, cut every {low:g}-{high:g} s ({cuts} cut)"
-        out.append(ratio.row((), label, run.rate(cut), f"no cuts {run.rate(clean)}"))
+        out.append(ratio.row((), label, rows.rate(cut), f"no cuts {rows.rate(clean)}"))
     return out
 
 
@@ -145,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     modes = [m for m in MODES if not args.only or m.key in args.only]
+    exit_on_sigterm()  # every server is stopped on SIGTERM too
     items, rounds = (1_000, 1) if args.quick else (3_000, 3)
-    run = _load_run()
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="rwq-faults-bench-") as tmp:
         server = start_server(Path(tmp))
-        proxy = faults.Proxy(server.port)
+        proxy = Proxy(server.port)
         try:
             for mode in modes:
                 t0 = time.perf_counter()
@@ -173,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("Rates are the best round of each; the ratio is what matters.")
     print()
-    run.print_table(rows(run, modes, results, items))
+    rows.print_table(table_rows(modes, results, items))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

@@ -60,16 +60,32 @@ class MevitaeQueue:
     def add(self, item: Any) -> None:
         self._q.add_item(self._db, item)
 
+    def add_each(self, items: list[Any]) -> None:
+        add, db = self._q.add_item, self._db
+        for item in items:
+            add(db, item)
+
+    def add_many(self, items: list[Any]) -> None:
+        """The baseline has no batch add: its pipeline helper, one round trip."""
+        pipe = self._db.pipeline(transaction=False)
+        add = self._q.add_item_to_pipeline
+        for item in items:
+            add(pipe, item)
+        pipe.execute()
+
     def add_checked(self, item: Any) -> bool:
         raise NotImplementedError("the baseline has no add with a duplicate check")
 
-    def fill(self, n: int) -> None:
+    def fill(self, n: int, data: bytes = DATA) -> None:
         make, add = self._rwq.Item, self._q.add_item_to_pipeline
         for start in range(0, n, FILL_BATCH):
             pipe = self._db.pipeline(transaction=False)
             for _ in range(min(FILL_BATCH, n - start)):
-                add(pipe, make(DATA))
+                add(pipe, make(data))
             pipe.execute()
+
+    def reset(self) -> None:
+        pass  # nothing to set up
 
     def add_lost(self, n: int) -> None:
         raise NotImplementedError("the baseline has no deep clean")

@@ -58,16 +58,26 @@ class OursQueue:
     def add(self, item: Any) -> None:
         self._q.add_unique_item(self._db, item)
 
+    def add_each(self, items: list[Any]) -> None:
+        add, db = self._q.add_unique_item, self._db
+        for item in items:
+            add(db, item)
+
+    def add_many(self, items: list[Any]) -> None:
+        self._q.add_items(self._db, items, unique=True)
+
     def add_checked(self, item: Any) -> bool:
         return bool(self._q.add_item(self._db, item))
 
-    def fill(self, n: int) -> None:
-        make, add = self._rwq.Item, self._q.add_unique_item_to_pipeline
+    def fill(self, n: int, data: bytes = DATA) -> None:
+        make, add_items = self._rwq.Item, self._q.add_items
         for start in range(0, n, FILL_BATCH):
-            pipe = self._db.pipeline(transaction=False)
-            for _ in range(min(FILL_BATCH, n - start)):
-                add(pipe, make(DATA))
-            pipe.execute()
+            add_items(
+                self._db, [make(data) for _ in range(min(FILL_BATCH, n - start))], unique=True
+            )
+
+    def reset(self) -> None:
+        pass  # nothing to set up: the queue's keys appear with its first item
 
     def add_lost(self, n: int) -> None:
         """Write ``n`` data keys that are in neither list (as a crashed foreign client leaves)."""
@@ -81,6 +91,12 @@ class OursQueue:
 
     def complete(self, item: Any) -> bool:
         return bool(self._q.complete(self._db, item))
+
+    def lease_many(self, n: int, secs: float) -> list[Any]:
+        return list(self._q.lease_many(self._db, secs, n, block=False))
+
+    def complete_many(self, items: list[Any]) -> None:
+        self._q.complete_many(self._db, items)
 
     def light_clean(self) -> None:
         self._q.light_clean(self._db)

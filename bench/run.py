@@ -13,40 +13,63 @@ alone. See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
-import ctypes
-import functools
+import importlib
 import json
 import os
 import selectors
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
-from redis.crc import key_slot
+
+from rows import (
+    Job,
+    Ratio,
+    Result,
+    Row,
+    div,
+    per_item,
+    print_table,
+    rate,
+    secs,
+    times,
+)
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+sys.path.append(str(REPO / "tests"))  # the one launcher of throw-away servers
+
+from servers import (  # noqa: E402
+    BINARY_ENV,
+    Cluster,
+    MissingTool,
+    Spawn,
+    create_cluster,
+    exit_on_sigterm,
+    start_pair,
+    start_server,
+    stop_all,
+    tool,
+)
+
 BASELINE_DIST = "redis-work-queue==0.1.5"
 BASELINE_DIR = BENCH / ".baseline" / "mevitae"
 WORKERS = {"ours": BENCH / "ours_worker.py", "baseline": BENCH / "mevitae_worker.py"}
+#: The worker of every other client (a peer of bench/peers/), run with ``--peer NAME``.
+PEER_WORKER = BENCH / "peer_worker.py"
+#: Modules that add jobs and rows (see rows.py); adding one is one line.
+ROW_MODULES = ("peers_rows",)
 DRAIN_WORKER = BENCH / "drain_worker.py"
 JOB_TIMEOUT = 900  # seconds; a worker that takes longer has hung
 SETUP_TIMEOUT = 60  # seconds to start a replica or a cluster
 #: Queues (and processes) of the multi-process row.
 DRAINERS = 3
-
-Result = dict[str, Any]
 
 
 # Sizes ------------------------------------------------------------------------------------------
@@ -125,50 +148,30 @@ def count(n: int) -> str:
     return str(n)
 
 
-# Redis server -----------------------------------------------------------------------------------
+# Redis servers (the tests' launcher, ``tests/servers.py``) --------------------------------------
 
 
-def _free_port() -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != 6379:
-            return port
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_cluster_ports(n: int) -> list[int]:
-    """``n`` free ports whose cluster bus ports (port + 10000) are free too (never 6379)."""
-    ports: list[int] = []
-    while len(ports) < n:
-        port = _free_port()
-        bus = port + 10_000
-        if bus <= 65_535 and port not in ports and bus not in ports and _port_free(bus):
-            ports.append(port)
-    return ports
+UNPINNED = Spawn(die_with_parent=True)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """The CPUs the redis-server and the workers run on (None: wherever the OS puts them)."""
+    """The CPUs the redis-server(s) and the workers run on (no CPUs: wherever the OS puts them).
+
+    Every process is started with ``die_with_parent``: it gets SIGTERM when the benchmark dies,
+    however it dies.
+    """
 
     mode: str
-    server: frozenset[int] | None = None
-    clients: frozenset[int] | None = None
+    server: Spawn = UNPINNED
+    clients: Spawn = UNPINNED
 
     def describe(self) -> str:
-        if self.server is None or self.clients is None:
+        if self.server.cpus is None or self.clients.cpus is None:
             return "not pinned"
-        return f"server on CPU {sorted(self.server)}, clients on CPU {sorted(self.clients)}"
+        return (
+            f"server on CPU {sorted(self.server.cpus)}, clients on CPU {sorted(self.clients.cpus)}"
+        )
 
 
 def placement(mode: str) -> Placement:
@@ -177,169 +180,10 @@ def placement(mode: str) -> Placement:
     if mode == "off" or not cpus:
         return Placement("off")
     if mode == "same" or len(cpus) < 2:
-        one = frozenset({cpus[-1]})
+        one = Spawn(frozenset({cpus[-1]}), die_with_parent=True)
         return Placement("same", one, one)
-    return Placement("split", frozenset({cpus[0]}), frozenset({cpus[-1]}))
-
-
-def _child_setup(cpus: frozenset[int] | None) -> None:
-    """In a child, before exec: pin it to ``cpus``; get SIGTERM when the benchmark dies."""
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-@contextlib.contextmanager
-def redis_server(
-    binary: str,
-    cpus: frozenset[int] | None,
-    port: int | None = None,
-    extra: Sequence[str] = (),
-) -> Iterator[int]:
-    """Run a throw-away redis-server (no persistence) and yield its port; stop it on exit.
-
-    ``extra`` are more command-line options (a replica's, a cluster node's).
-    """
-    workdir = Path(tempfile.mkdtemp(prefix="rwq-bench-"))
-    port = _free_port() if port is None else port
-    cmd = [
-        binary,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(workdir),
-        "--logfile", str(workdir / "redis.log"),
-        "--daemonize", "no",
-        *extra,
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=functools.partial(_child_setup, cpus),  # noqa: PLW1509
-    )
-
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    atexit.register(stop)
-    try:
-        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                log = (workdir / "redis.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"redis-server exited with {proc.returncode}:\n{log}")
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        yield port
-    finally:
-        stop()
-
-
-def _wait_for(what: str, test: Callable[[], bool], timeout: float = SETUP_TIMEOUT) -> None:
-    """Poll ``test`` until it holds; raise after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(redis.RedisError):
-            if test():
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def replicated_server(binary: str, cpus: frozenset[int] | None) -> Iterator[int]:
-    """A primary with one replica (both throw-away, on the server's CPUs); yields the primary's
-    port once the replica's link is up."""
-    sync_at_once = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
-    with redis_server(binary, cpus, extra=sync_at_once) as primary:
-        replica_of = ("--replicaof", "127.0.0.1", str(primary))
-        with redis_server(binary, cpus, extra=replica_of) as replica:
-            r = redis.Redis(host="127.0.0.1", port=replica, socket_timeout=5)
-            p = redis.Redis(host="127.0.0.1", port=primary, socket_timeout=5)
-            try:
-                _wait_for(
-                    "the replica's link to the primary",
-                    lambda: (
-                        r.info("replication").get("master_link_status") == "up"
-                        and int(p.info("replication").get("connected_slaves", 0)) >= 1
-                    ),
-                )
-            finally:
-                r.close()
-                p.close()
-            yield primary
-
-
-def _redis_cli(binary: str) -> str:
-    """The redis-cli next to ``binary``, else the one on the PATH."""
-    found = shutil.which(binary)
-    if found is not None:
-        sibling = Path(found).with_name("redis-cli")
-        if sibling.is_file():
-            return str(sibling)
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        raise RuntimeError("no redis-cli found (needed to create the cluster)")
-    return cli
-
-
-@contextlib.contextmanager
-def redis_cluster(binary: str, cpus: frozenset[int] | None, nodes: int = 3) -> Iterator[list[int]]:
-    """A throw-away Redis Cluster of ``nodes`` primaries (no replicas); yields their ports once
-    every node reports ``cluster_state:ok``."""
-    ports = _free_cluster_ports(nodes)
-    options = (
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", "nodes.conf",
-        "--cluster-node-timeout", "2000",
-    )  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        for port in ports:
-            stack.enter_context(redis_server(binary, cpus, port=port, extra=options))
-        create_cmd = [
-            _redis_cli(binary),
-            "--cluster", "create",
-            *(f"127.0.0.1:{port}" for port in ports),
-            "--cluster-replicas", "0",
-            "--cluster-yes",
-        ]  # fmt: skip
-        create = subprocess.run(
-            create_cmd,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=SETUP_TIMEOUT,
-        )
-        if create.returncode != 0:
-            tail = (create.stderr or create.stdout).strip().splitlines()[-5:]
-            raise RuntimeError(f"redis-cli --cluster create failed: {' / '.join(tail)}")
-        clients = [redis.Redis(host="127.0.0.1", port=port, socket_timeout=5) for port in ports]
-        stack.callback(lambda: [c.close() for c in clients])
-        _wait_for(
-            "cluster_state:ok on every node",
-            lambda: all(
-                b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients
-            ),
-        )
-        yield ports
+    server, clients = (Spawn(frozenset({c}), die_with_parent=True) for c in (cpus[0], cpus[-1]))
+    return Placement("split", server, clients)
 
 
 # Baseline ---------------------------------------------------------------------------------------
@@ -377,21 +221,6 @@ def ensure_baseline() -> None:
 
 
 # Jobs -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Job:
-    """One workload run by one client in its own process."""
-
-    key: str
-    impl: str
-    workload: str
-    params: Result = field(default_factory=dict)
-    #: Where it runs: "worker" (a worker process on the bench server), "replica" (a worker
-    #: process on a primary with a replica) or "drain" (DRAINERS processes, see run_drain).
-    kind: str = "worker"
-    #: Run it in the first pass only (a deterministic figure, or an expensive one).
-    once: bool = False
 
 
 def plan(s: Sizes) -> list[Job]:
@@ -499,18 +328,26 @@ def _without(r: Result, key: str) -> Result:
 def worker_env(impl: str) -> dict[str, str]:
     """The environment of a worker: only its own client importable first."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src") if impl == "ours" else str(BASELINE_DIR)
+    paths = {"ours": str(REPO / "src"), "baseline": str(BASELINE_DIR)}
+    env["PYTHONPATH"] = paths.get(impl, "")  # a peer: neither
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
-def run_job(job: Job, port: int, admin: redis.Redis, cpus: frozenset[int] | None) -> Result:
+def worker_script(impl: str) -> list[str]:
+    """The worker script (and its arguments) of client ``impl``."""
+    if impl in WORKERS:
+        return [str(WORKERS[impl])]
+    return [str(PEER_WORKER), "--peer", impl]
+
+
+def run_job(job: Job, port: int, admin: redis.Redis, spawn: Spawn) -> Result:
     """Flush the database, run the job's worker, return its result (or an ``error``)."""
     admin.flushall()
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
         out_path = Path(out.name)
     cmd = [
-        sys.executable, str(WORKERS[job.impl]),
+        sys.executable, *worker_script(job.impl),
         "--port", str(port),
         "--workload", job.workload,
         "--params", json.dumps(job.params),
@@ -524,7 +361,7 @@ def run_job(job: Job, port: int, admin: redis.Redis, cpus: frozenset[int] | None
             capture_output=True,
             text=True,
             timeout=JOB_TIMEOUT,
-            preexec_fn=functools.partial(_child_setup, cpus),
+            **spawn.popen_kwargs(),
         )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
@@ -539,33 +376,12 @@ def run_job(job: Job, port: int, admin: redis.Redis, cpus: frozenset[int] | None
         out_path.unlink(missing_ok=True)
 
 
-def cluster_prefixes(ports: list[int]) -> list[str]:
-    """One queue prefix per node of the cluster: hash tags whose slots the nodes own."""
-    client = redis.Redis(host="127.0.0.1", port=ports[0], socket_timeout=5)
-    try:
-        ranges = [
-            (int(start), int(end), int(nodes[0][1]))
-            for start, end, *nodes in client.execute_command("CLUSTER", "SLOTS")
-        ]
-    finally:
-        client.close()
-
-    def owner(prefix: str) -> int:
-        slot = key_slot(prefix.encode())
-        return next(port for start, end, port in ranges if start <= slot <= end)
-
-    chosen: dict[int, str] = {}
-    for n in range(10_000):
-        prefix = f"bench:{{q{n}}}"
-        chosen.setdefault(owner(prefix), prefix)
-        if len(chosen) == len(ports):
-            return [chosen[port] for port in sorted(chosen)]
-    raise RuntimeError("no hash tags found for every node")
+def cluster_prefixes(cluster: Cluster) -> list[str]:
+    """One queue prefix per primary of the cluster: a hash tag whose slots it owns."""
+    return [f"bench:{{{cluster.tag_on(primary)}}}" for primary in cluster.primaries()]
 
 
-def run_drain(
-    port: int, prefixes: list[str], n: int, cluster: bool, cpus: frozenset[int] | None
-) -> Result:
+def run_drain(port: int, prefixes: list[str], n: int, cluster: bool, spawn: Spawn) -> Result:
     """Run one drain_worker.py per prefix at once (they start together); the items/s of all
     of them, from the first start to the last end."""
     cmd = [sys.executable, str(DRAIN_WORKER), "--port", str(port), "--n", str(n)]
@@ -585,7 +401,7 @@ def run_drain(
                     stderr=log,
                     text=True,
                     env=worker_env("ours"),
-                    preexec_fn=functools.partial(_child_setup, cpus),  # noqa: PLW1509
+                    **spawn.popen_kwargs(),
                 )
             )
         deadline = time.monotonic() + JOB_TIMEOUT
@@ -631,17 +447,23 @@ def run_drain(
 
 
 def run_cluster_job(
-    job: Job, port: int, admin: redis.Redis, binary: str, where: Placement
+    job: Job, port: int, admin: redis.Redis, base: Path, where: Placement
 ) -> Result:
     """The multi-process row: DRAINERS processes, one queue each, on a fresh cluster of
     DRAINERS primaries (one queue per node), then the same on the bench server alone."""
     n = job.params["n"]
     try:
-        with redis_cluster(binary, where.server, DRAINERS) as ports:
-            prefixes = cluster_prefixes(ports)
-            on_cluster = run_drain(ports[0], prefixes, n, True, where.clients)
+        cluster = create_cluster(
+            base, primaries=DRAINERS, replicas=0, spawn=where.server, node_timeout_ms=2000
+        )
     except Exception as err:  # a set-up failure fails this row only
-        on_cluster = {"error": f"cluster: {type(err).__name__}: {err}"}
+        return {"error": f"cluster: {type(err).__name__}: {err}"}
+    try:
+        prefixes = cluster_prefixes(cluster)
+        on_cluster = run_drain(cluster.nodes[0].port, prefixes, n, True, where.clients)
+    finally:
+        cluster.close_clients()
+        stop_all(cluster.nodes)
     if "error" in on_cluster:
         return on_cluster
     admin.flushall()
@@ -651,84 +473,23 @@ def run_cluster_job(
     return {"cluster": on_cluster, "node": on_node, "prefixes": prefixes, "impl": job.impl}
 
 
-def run_any(job: Job, port: int, admin: redis.Redis, binary: str, where: Placement) -> Result:
+def run_any(job: Job, port: int, admin: redis.Redis, base: Path, where: Placement) -> Result:
     """Run a job of any kind (see Job.kind)."""
     if job.kind == "drain":
-        return run_cluster_job(job, port, admin, binary, where)
+        return run_cluster_job(job, port, admin, base, where)
     if job.kind == "replica":
         try:
-            with replicated_server(binary, where.server) as primary:
-                own = redis.Redis(host="127.0.0.1", port=primary)
-                try:
-                    return run_job(job, primary, own, where.clients)
-                finally:
-                    own.close()
+            pair = start_pair(base, spawn=where.server)
         except Exception as err:  # a set-up failure fails this row only
             return {"error": f"replica set-up: {type(err).__name__}: {err}"}
+        try:
+            return run_job(job, pair.primary.port, pair.primary.client(), where.clients)
+        finally:
+            stop_all(pair.procs())
     return run_job(job, port, admin, where.clients)
 
 
 # Table ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """One line of the table."""
-
-    workload: str
-    ours: str
-    baseline: str
-    ratio: str
-    basis: str
-    target: str
-    result: str  # PASS, FAIL or info
-    needs: tuple[str, ...] = ()  # the job keys it is made from (not printed)
-
-
-def rate(v: float | None) -> str:
-    return "ERR" if v is None else f"{v:,.0f}/s"
-
-
-def secs(v: float | None) -> str:
-    if v is None:
-        return "ERR"
-    return f"{v * 1000:,.1f} ms" if v < 1 else f"{v:,.2f} s"
-
-
-def times(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def per_item(v: float | None) -> str:
-    return "ERR" if v is None else f"{v:,.1f} B"
-
-
-def div(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b == 0 else a / b
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """A ratio, what it is a ratio of, and optionally its bounds."""
-
-    value: float | None
-    basis: str
-    at_least: float | None = None
-    at_most: float | None = None
-
-    def row(self, needs: tuple[str, ...], label: str, ours: str, baseline: str = "") -> Row:
-        """The table row of this ratio; without bounds it is for information only."""
-        if self.at_least is not None:
-            target, ok = f">= {self.at_least:.2f}x", self._ok(lambda v: v >= self.at_least)
-        elif self.at_most is not None:
-            target, ok = f"<= {self.at_most:.2f}x", self._ok(lambda v: v <= self.at_most)
-        else:
-            return Row(label, ours, baseline, times(self.value), self.basis, "", "info", needs)
-        result = "PASS" if ok else "FAIL"
-        return Row(label, ours, baseline, times(self.value), self.basis, target, result, needs)
-
-    def _ok(self, test: Callable[[float], bool]) -> bool:
-        return self.value is not None and test(self.value)
 
 
 def floor_row(
@@ -953,26 +714,6 @@ def ours_only_rows(
     ]
 
 
-def print_table(rows: list[Row]) -> None:
-    header = Row("workload", "ours", "baseline", "ratio", "ratio of", "target", "result")
-    table = [header, *rows]
-    columns = [c for c in asdict(header) if c != "needs"]
-    widths = {c: max(len(getattr(r, c)) for r in table) for c in columns}
-    right = {"ours", "baseline", "ratio"}
-
-    def line(r: Row) -> str:
-        cells = []
-        for c in columns:
-            text = getattr(r, c)
-            cells.append(text.rjust(widths[c]) if c in right else text.ljust(widths[c]))
-        return "  ".join(cells).rstrip()
-
-    print(line(header))
-    print("  ".join("-" * widths[c] for c in columns))
-    for r in rows:
-        print(line(r))
-
-
 # Main -------------------------------------------------------------------------------------------
 
 
@@ -981,7 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a ~30 s smoke run")
     parser.add_argument("--check", action="store_true", help="exit 1 when any target fails")
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
-    parser.add_argument("--redis-server", default="redis-server", help="redis-server binary")
+    parser.add_argument(
+        "--redis-server", help=f"redis-server binary (default: ${BINARY_ENV}, else the PATH's)"
+    )
     parser.add_argument(
         "--pin",
         choices=("same", "split", "off"),
@@ -993,32 +736,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    jobs = plan(sizes)
+    modules = [importlib.import_module(name) for name in ROW_MODULES]
+    jobs = plan(sizes) + [job for module in modules for job in module.jobs(args.quick)]
     if args.only:
         jobs = [j for j in jobs if j.key.startswith(tuple(args.only))]
     jobs = schedule(jobs, sizes.passes)
 
-    # SIGTERM ends the run like Ctrl-C, so the redis-server is stopped either way.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if shutil.which(args.redis_server) is None:
-        print(
-            f"error: no redis-server at {args.redis_server!r} (see --redis-server)", file=sys.stderr
-        )
+    # SIGTERM ends the run like Ctrl-C, so every redis-server is stopped either way.
+    exit_on_sigterm()
+    if args.redis_server:
+        os.environ[BINARY_ENV] = args.redis_server  # the launcher's, the workers' too
+    try:
+        tool("redis-server")
+    except MissingTool as err:
+        print(f"error: {err} (see --redis-server)", file=sys.stderr)
         return 2
     try:
-        ensure_baseline()
+        if any(job.impl == "baseline" for job in jobs):
+            ensure_baseline()
     except subprocess.CalledProcessError as err:
         print(f"error: could not install {BASELINE_DIST}: {err}", file=sys.stderr)
         return 2
     started = time.perf_counter()
     results: dict[tuple[str, str], Result] = {}
     where = placement(args.pin)
-    with redis_server(args.redis_server, where.server) as port:
-        admin = redis.Redis(host="127.0.0.1", port=port)
+    with tempfile.TemporaryDirectory(prefix="rwq-bench-") as base:
+        server = start_server(Path(base), spawn=where.server)
+        port = server.port
+        admin = server.client(socket_timeout=None)
         print(f"redis-server on port {port}, {where.describe()}; {len(jobs)} jobs", file=sys.stderr)
         for i, job in enumerate(jobs, 1):
             t0 = time.perf_counter()
-            result = run_any(job, port, admin, args.redis_server, where)
+            result = run_any(job, port, admin, Path(base), where)
             results[(job.key, job.impl)] = best(results.get((job.key, job.impl)), result)
             status = result.get("error", "ok")
             print(
@@ -1029,10 +778,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in result.get("log", []):
                 print(f"        {line}", file=sys.stderr)
         info = admin.info("server")
-        admin.close()
+        server.stop()
 
     ran = {key for key, _ in results}
-    rows = [r for r in build_rows(results, sizes) if ran.issuperset(r.needs)]
+    table = build_rows(results, sizes)
+    table += [row for module in modules for row in module.rows(results, args.quick)]
+    rows = [r for r in table if ran.issuperset(r.needs)]
     mode = "quick" if args.quick else "full"
     print()
     print(
@@ -1043,6 +794,9 @@ def main(argv: list[str] | None = None) -> int:
     print("Rates are the best of the timed rounds. The RATIOS are what matter: they come from")
     print("this run on this server; the absolute figures depend on the machine.")
     print()
+    for module in modules:
+        for line in getattr(module, "report", lambda *_: [])(results, args.quick):
+            print(line)
     print_table(rows)
     failed = [r.workload for r in rows if r.result == "FAIL"]
     print()

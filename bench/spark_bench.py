@@ -14,7 +14,7 @@ as partitions. Measures:
 * batch overhead: the median time Spark takes for a micro-batch of one item.
 
 The Spark figures include Spark's own overheads (task start-up, the query's first batch); the
-ratios are what matter. Needs ``pip install 'redis-work-queue[spark]'`` and Java.
+ratios are what matter. Needs ``pip install 'redis-work-queue-lua[spark]'`` and Java.
 """
 
 from __future__ import annotations
@@ -23,21 +23,24 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import redis
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.spark import register
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from servers import MissingTool, Spawn, exit_on_sigterm, start_server
 
 NAME = "redis-work-queue"
 
@@ -45,51 +48,16 @@ NAME = "redis-work-queue"
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A throw-away redis-server (no persistence) on a free port; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not on PATH")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="rwq-spark-bench-")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.02)
-        client.close()
-        yield url
-    finally:
-        proc.terminate()
+    exit_on_sigterm()
+    with tempfile.TemporaryDirectory(prefix="rwq-spark-bench-") as base:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
+            server = start_server(Path(base), spawn=Spawn(die_with_parent=True))
+        except MissingTool as err:
+            sys.exit(str(err))
+        try:
+            yield server.url
+        finally:
+            server.stop()
 
 
 def spark_session(cores: int) -> Any:
@@ -145,8 +113,8 @@ def drained(db: redis.Redis, queue: WorkQueue) -> bool:
 
 def spark_drain(
     spark: Any, db: redis.Redis, url: str, queue: WorkQueue, batch: int | None, partitions: int
-) -> tuple[float, list[int]]:
-    """Drain ``queue`` with a streaming read; the time and each batch's duration (ms)."""
+) -> tuple[float, list[tuple[int, int]]]:
+    """Drain ``queue`` with a streaming read; the time, and each batch's duration (ms) and rows."""
     checkpoint = tempfile.mkdtemp(prefix="rwq-spark-bench-checkpoint-")
     try:
         start = time.perf_counter()
@@ -171,13 +139,76 @@ def spark_drain(
                 time.sleep(0.01)
             elapsed = time.perf_counter() - start
             durations = [
-                int(p["durationMs"]["triggerExecution"])
+                (int(p["durationMs"]["triggerExecution"]), int(p["numInputRows"]))
                 for p in query.recentProgress
                 if p["numInputRows"]
             ]
         finally:
             query.stop()
         return elapsed, durations
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+class EmptySource(DataSource):
+    """A Python streaming source with nothing behind it: one row a micro-batch, no Redis.
+
+    Its micro-batches cost what Spark itself costs a Python source (offset and commit logs,
+    planning, the source process's round trips, one task and its Python worker).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench-empty"
+
+    def schema(self) -> str:
+        return "n long"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return EmptyReader()
+
+
+class EmptyReader(DataSourceStreamReader):
+    def __init__(self) -> None:
+        self.next = 0
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        self.next += 1
+        return {"n": self.next}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(end["n"])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        yield (int(partition.value),)
+
+
+def batch_times(spark: Any, reader: Any, batches: int) -> list[int]:
+    """Run a query of ``reader`` into a no-op sink; each micro-batch's duration (ms)."""
+    checkpoint = tempfile.mkdtemp(prefix="rwq-spark-bench-checkpoint-")
+    try:
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while len([p for p in query.recentProgress if p["numInputRows"]]) < batches:
+                if query.exception() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the query failed: {query.exception()}")
+                time.sleep(0.05)
+            return [
+                int(p["durationMs"]["triggerExecution"])
+                for p in query.recentProgress
+                if p["numInputRows"]
+            ]
+        finally:
+            query.stop()
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
@@ -199,12 +230,14 @@ def rate(n: int, secs: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows written and drained")
-    parser.add_argument("--batch", type=int, default=50_000, help="maxItemsPerBatch to try")
+    parser.add_argument("--batch", type=int, default=100_000, help="maxItemsPerBatch to try")
     parser.add_argument("--chunk", type=int, default=20_000, help="chunkSize of a write to try")
     parser.add_argument("--partitions", type=int, default=2, help="Spark partitions (and cores)")
+    parser.add_argument("--no-write", action="store_true", help="measure drains only")
     args = parser.parse_args()
     rows, parts = args.rows, args.partitions
     table: list[tuple[str, float, float]] = []
+    overheads: list[tuple[str, float, int]] = []
 
     with redis_server() as url:
         db = redis.Redis.from_url(url)
@@ -219,6 +252,8 @@ def main() -> None:
                 ("default chunkSize", None),
                 (f"chunkSize {args.chunk:,}", args.chunk),
             ):
+                if args.no_write:
+                    break
                 plain_queue, spark_queue = (
                     WorkQueue(KeyPrefix("plain")),
                     WorkQueue(KeyPrefix("spark")),
@@ -239,14 +274,20 @@ def main() -> None:
                 plain_write(db, plain_queue, rows)
                 plain_write(db, spark_queue, rows)
                 drain_plain = plain_drain(db, plain_queue)
-                drain_spark, _ = spark_drain(spark, db, url, spark_queue, batch, parts)
+                drain_spark, batches = spark_drain(spark, db, url, spark_queue, batch, parts)
                 assert spark_queue.stats(db).dead == 0
                 table.append((f"drain, {label} items/s", drain_spark, drain_plain))
+                # What a batch costs beyond what the loop needs for the same items.
+                extra = [ms / 1000 - drain_plain * n / rows for ms, n in batches]
+                overheads.append((label, statistics.median(extra), len(batches)))
                 db.flushdb()
             small = WorkQueue(KeyPrefix("small"))
             plain_write(db, small, 12)
-            _, durations = spark_drain(spark, db, url, small, 1, parts)
-            overhead = statistics.median(durations[2:] or durations)
+            _, one_item = spark_drain(spark, db, url, small, 1, parts)
+            ours = statistics.median(ms for ms, _ in one_item[2:] or one_item)
+            spark.dataSource.register(EmptySource)
+            empty = batch_times(spark, spark.readStream.format("bench-empty"), 12)
+            fixed = statistics.median(empty[2:])
         finally:
             spark.stop()
             db.close()
@@ -258,7 +299,13 @@ def main() -> None:
         print(
             f"{label:<44} {rate(rows, spark_secs):>12} {rate(rows, plain_secs):>12} {ratio:>6.2f}x"
         )
-    print(f"micro-batch overhead (median, 1-item batches): {overhead:.0f} ms")
+    for label, extra_secs, count in overheads:
+        print(
+            f"batch overhead, {label:<28} {extra_secs * 1000:>6.0f} ms a batch "
+            f"(median of {count} batches)"
+        )
+    print(f"one-item micro-batch, this source (median):  {ours:>6.0f} ms")
+    print(f"one-row micro-batch, an empty Python source: {fixed:>6.0f} ms (Spark's own cost)")
     print(
         "one process: add_items (500 a script call); lease_many(1000) + complete_many. "
         "The Spark drain includes starting the query."

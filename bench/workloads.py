@@ -1,15 +1,16 @@
-"""Workloads shared by the two benchmark workers.
+"""Workloads shared by every benchmark worker.
 
 This module never imports a work-queue client: each worker process (``ours_worker.py``,
-``mevitae_worker.py``) imports its own ``redis_work_queue`` and wraps it in an adapter with the
-methods of :class:`QueueAdapter`; the workloads below only talk to that adapter. A worker runs
-exactly one workload on a database that ``run.py`` has just flushed, and writes its result as
-JSON to the file named by ``--out``.
+``mevitae_worker.py``, ``peer_worker.py`` for the peers of ``peers/``) imports its own client
+and wraps it in an adapter with the methods of :class:`QueueAdapter` it can offer; the
+workloads below only talk to that adapter. A worker runs exactly one workload on a database
+that ``run.py`` has just flushed, and writes its result as JSON to the file named by ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import time
@@ -32,12 +33,19 @@ LOST_ITEMS = 20
 WARMUP = 200
 #: A lease that outlives any workload.
 LONG_LEASE = 3600
+#: Items per call of the batch workloads.
+BATCH = 100
 
 Result = dict[str, Any]
 
 
 class QueueAdapter(Protocol):
-    """The operations a worker exposes for its client; ``None``/-1 where a client has none."""
+    """The operations a worker exposes for its client.
+
+    A client offers what fits it: a workload that needs a method the adapter lacks fails with
+    an error that names it, and ``run.py`` plans no such job. Every adapter has ``impl``,
+    ``new_item``, ``add_each``, ``fill``, ``reset`` and ``queue_len``.
+    """
 
     impl: str
     #: The shortest lease this client can take, in seconds.
@@ -47,9 +55,26 @@ class QueueAdapter(Protocol):
 
     def add(self, item: Any) -> None: ...
 
-    def add_checked(self, item: Any) -> bool: ...
+    def add_each(self, items: list[Any]) -> None:
+        """Add ``items``, one call each (a loop of the client's own)."""
 
-    def fill(self, n: int) -> None: ...
+    def add_many(self, items: list[Any]) -> None:
+        """Add ``items`` in one call (or one round trip) of the client's."""
+
+    def fill(self, n: int, data: bytes = DATA) -> None:
+        """Queue ``n`` items with ``data``, as fast as the client can (set-up, untimed)."""
+
+    def reset(self) -> None:
+        """Set up again what the client needs after a FLUSHALL (a consumer group)."""
+
+    def lease_many(self, n: int, secs: float) -> list[Any]: ...
+
+    def complete_many(self, items: list[Any]) -> None: ...
+
+    def run_worker(self, n: int) -> None:
+        """Run the client's own worker (a no-op handler) until it has handled ``n`` items."""
+
+    def add_checked(self, item: Any) -> bool: ...
 
     def add_lost(self, n: int) -> None: ...
 
@@ -124,15 +149,17 @@ def roundtrip(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
     return {"ping": ping, "evalsha": evalsha}
 
 
-def _adding(q: QueueAdapter, p: Result, add: Callable[[Any], object]) -> Result:
+def _adding(q: QueueAdapter, p: Result, each: Callable[[list[Any]], object]) -> Result:
+    """Time ``each`` on pre-built items (``each(items)`` adds them, one call each or in one)."""
     n, rounds = p["n"], p["rounds"]
-    for _ in range(WARMUP):
-        add(q.new_item())
-    items = iter([q.new_item() for _ in range(n)])
+    each([q.new_item() for _ in range(WARMUP)])
+    items = [q.new_item() for _ in range(n)]
+    done = 0
 
     def body(k: int) -> None:
-        for _ in range(k):
-            add(next(items))
+        nonlocal done
+        each(items[done : done + k])
+        done += k
 
     result = _timed_rounds(body, n, rounds)
     _expect("queue length after adding", q.queue_len(), WARMUP + result["ops_per_round"] * rounds)
@@ -142,13 +169,19 @@ def _adding(q: QueueAdapter, p: Result, add: Callable[[Any], object]) -> Result:
 def add(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
     """Add items one call each (ours: add_unique_item; baseline: add_item). Items pre-built."""
     del db
-    return _adding(q, p, q.add)
+    return _adding(q, p, q.add_each)
 
 
 def add_checked(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
     """Add items one call each with the duplicate check (ours: add_item)."""
     del db
-    return _adding(q, p, q.add_checked)
+    add_checked = q.add_checked
+
+    def each(items: list[Any]) -> None:
+        for item in items:
+            add_checked(item)
+
+    return _adding(q, p, each)
 
 
 def lease_complete(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
@@ -283,6 +316,98 @@ def deep_clean(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
     return {"value": seconds, "unit": "s", "lost": lost}
 
 
+def add_batch(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
+    """Items/s of adds ``BATCH`` per call (``add_many``). Items pre-built."""
+    del db
+    n, rounds = p["n"], p["rounds"]
+    q.add_many([q.new_item() for _ in range(BATCH)])  # warm-up
+    items = [q.new_item() for _ in range(n)]
+    done = 0
+    add_many = q.add_many
+
+    def body(k: int) -> None:
+        nonlocal done
+        for start in range(done, done + k, BATCH):
+            add_many(items[start : min(start + BATCH, done + k)])
+        done += k
+
+    result = _timed_rounds(body, n, rounds)
+    _expect("queue length after adding", q.queue_len(), BATCH + result["ops_per_round"] * rounds)
+    return result
+
+
+def lease_complete_batch(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
+    """Items/s of ``lease_many(BATCH)`` then ``complete_many`` of those, on a pre-filled queue."""
+    del db
+    n, rounds = p["n"], p["rounds"]
+    per = max(BATCH, n // rounds // BATCH * BATCH)
+    q.fill(per * rounds + WARMUP)
+    lease_many, complete_many = q.lease_many, q.complete_many
+
+    def body(k: int) -> None:
+        for _ in range(k // BATCH):
+            items = lease_many(BATCH, 30)
+            if len(items) != BATCH:
+                raise BenchError(f"leased {len(items)} of {BATCH}: the queue ran dry")
+            complete_many(items)
+
+    complete_many(lease_many(WARMUP, 30))
+    result = _timed_rounds(body, per * rounds, rounds)
+    _expect("processing list after the batches", q.processing(), 0)
+    _expect("queue length after the batches", q.queue_len(), 0)
+    return result
+
+
+def worker(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
+    """Items/s of the client's own worker with a no-op handler draining ``n`` pre-added items.
+
+    Each round fills the queue (untimed), then times ``run_worker``, which starts the worker
+    and returns once it has handled (and completed) every item; the worker's start is timed
+    too, as in a real deployment's first batch.
+    """
+    del db
+    n, rounds = p["n"], p["rounds"]
+    per = max(1, n // rounds)
+    q.fill(min(WARMUP, per))
+    q.run_worker(min(WARMUP, per))  # warm-up: imports, scripts, connections
+
+    rates: list[float] = []
+    for _ in range(rounds):
+        q.fill(per)
+        gc.collect()
+        start = time.perf_counter()
+        q.run_worker(per)
+        rates.append(per / (time.perf_counter() - start))
+        _expect("queue length after the worker ran", q.queue_len(), 0)
+    return {"value": max(rates), "unit": "ops/s", "rounds": rates, "ops_per_round": per}
+
+
+def used_memory(db: redis.Redis) -> int:
+    """``used_memory`` of the server, after MEMORY PURGE (where the allocator has one)."""
+    with contextlib.suppress(redis.ResponseError):  # not built with jemalloc
+        db.execute_command("MEMORY", "PURGE")
+    return int(db.info("memory")["used_memory"])
+
+
+def memory_per_item(db: redis.Redis, q: QueueAdapter, p: Result) -> Result:
+    """Bytes of Redis ``used_memory`` per waiting item of ``size`` bytes: the delta over
+    ``fill(n)``, divided by ``n``.
+
+    A warm-up fill (then FLUSHALL and ``reset``) loads the client's scripts and sizes its
+    connection buffers first, so that only the items are counted.
+    """
+    n, size = p["n"], p["size"]
+    data = (DATA * (size // len(DATA) + 1))[:size]
+    q.fill(BATCH, data)
+    db.flushall()
+    q.reset()
+    before = used_memory(db)
+    q.fill(n, data)
+    after = used_memory(db)
+    _expect("items waiting after the fill", q.queue_len(), n)
+    return {"value": (after - before) / n, "unit": "B/item", "n": n, "size": size}
+
+
 WORKLOADS: dict[str, Callable[[redis.Redis, QueueAdapter, Result], Result]] = {
     "roundtrip": roundtrip,
     "add": add,
@@ -292,12 +417,17 @@ WORKLOADS: dict[str, Callable[[redis.Redis, QueueAdapter, Result], Result]] = {
     "inflight_stuck": inflight_stuck,
     "light_clean": light_clean,
     "deep_clean": deep_clean,
+    "add_batch": add_batch,
+    "lease_complete_batch": lease_complete_batch,
+    "worker": worker,
+    "memory_per_item": memory_per_item,
 }
 
 
 def worker_main(
     make_adapter: Callable[[redis.Redis], QueueAdapter],
     extra: dict[str, Callable[[redis.Redis, Any, Result], Result]] | None = None,
+    argv: list[str] | None = None,
 ) -> None:
     """Entry point of a worker process: run one workload, write its result to ``--out``.
 
@@ -309,7 +439,7 @@ def worker_main(
     parser.add_argument("--workload", choices=sorted(workloads), required=True)
     parser.add_argument("--params", default="{}", help="workload parameters as JSON")
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     db = redis.Redis(host="127.0.0.1", port=args.port)
     try:
         adapter = make_adapter(db)

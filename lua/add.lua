@@ -2,6 +2,7 @@
 --#include queue.lua
 --#include wake.lua
 --#include delay.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) '1' to skip the existence check ('p': skip it, for one item queued on a caller's
 -- pipeline), arg(2) delay in ms (0: none), arg(3) due time in ms since the epoch (0: none; wins
 -- over the delay), arg(4) time to live in ms (0: none), then pairs of arg(5+2k) id and
@@ -32,9 +33,10 @@ for i = NQ + 5, #ARGV, 2 do
   end
 end
 local sets = due > now and {Q.delayed} or {}
-check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons}, 'zset', sets, 'string', strings)
+check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets,
+  'string', strings)
 check_wake(Q)
-local added, ready, fresh_ids = {}, {}, {}
+local added, ready, fresh_ids, written = {}, {}, {}, 0
 for i = NQ + 5, #ARGV, 2 do
   local id, data = ARGV[i], ARGV[i + 1]
   local key = Q.item .. id
@@ -65,6 +67,7 @@ for i = NQ + 5, #ARGV, 2 do
       ready[#ready + 1] = id
     end
     added[#added + 1] = 1
+    written = written + 1
   else
     added[#added + 1] = 0
   end
@@ -77,6 +80,7 @@ if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))
   wake(Q, #ready)
 end
+count(Q, 'added', written)
 if arg(1) == 'p' then
   return 1
 end

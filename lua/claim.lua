@@ -2,6 +2,7 @@
 --#include queue.lua
 --#include wake.lua
 --#include take.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand the item out at most once,
 -- arg(4) the id that was moved, arg(5) the caller's waiter id, arg(6) max deliveries
 -- Returns {{queue index, id, data, deliveries, ms leased}}, or 0 when the id cannot be handed

@@ -1,15 +1,16 @@
 -- complete: mark items as done and remove every trace of them.
 --#include queue.lua
---#include wake.lua
---#include delay.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1), arg(2), ... item ids
 -- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
 -- item had already been completed (or had expired).
 -- Keeps: exactly one call returns 1 per item; no bookkeeping of an item is left behind; every key
 -- the call may write is type-checked before its first write (a lease key of another type is left
 -- alone). The id is looked for near the oldest end of the processing list first (completing in
--- lease order), then from the newest end (short jobs among long ones), so neither pattern scans
--- the whole list.
+-- lease order), then near the newest end (short jobs among long ones); an entry found near
+-- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
+-- design's cleaners do), so completing one item never scans the whole list. A batch removes
+-- every entry of its ids (LREM).
 local NEAR = 64
 local ids, items, leases, near = {}, {}, {}, {}
 for i = NQ + 1, #ARGV do
@@ -34,11 +35,16 @@ for j, value in ipairs(held) do
 end
 -- Every key the call may write is checked before its first write.
 local sets = #delayed > 0 and {Q.delayed} or {}
-check_types('string', items, 'hash', {Q.deliveries, Q.reasons}, 'zset', sets)
-local done = {}
+check_types('string', items, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
+local done, completed = {}, 0
 for j, id in ipairs(ids) do
   done[j] = redis.call('DEL', items[j])
-  redis.call('LREM', Q.processing, near[j] and -1 or 1, id)
+  completed = completed + done[j]
+  if near[j] then
+    redis.call('LREM', Q.processing, -1, id)
+  elseif #ids > 1 or redis.call('LPOS', Q.processing, id, 'MAXLEN', NEAR) then
+    redis.call('LREM', Q.processing, 1, id)
+  end
 end
 if #delayed > 0 then
   redis.call('ZREM', Q.delayed, unpack(delayed))
@@ -48,4 +54,5 @@ if #live > 0 then
 end
 redis.call('HDEL', Q.deliveries, unpack(ids))
 redis.call('HDEL', Q.reasons, unpack(ids))
+count(Q, 'completed', completed)
 return done

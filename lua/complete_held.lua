@@ -1,5 +1,6 @@
 -- complete_held: complete items, each only while the caller still holds its lease.
 --#include queue.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1), arg(2), ... pairs of an item id and the lease value (token@ms) its lease was given
 -- Returns, per pair, 1 when this call completed the item and 0 when it did not: the lease is not
 -- the caller's any more (it expired, or another worker holds the item now) or the item was
@@ -26,12 +27,13 @@ for j, id in ipairs(ids) do
     items[#items + 1] = Q.item .. id
   end
 end
-check_types('list', {Q.processing}, 'hash', {Q.deliveries, Q.reasons}, 'string', items)
-local done = {}
+check_types('list', {Q.processing}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'string', items)
+local done, completed = {}, 0
 for j, id in ipairs(ids) do
   -- A lease read above may be gone by now only if an earlier pair of this call completed it.
   if values[j] == tokens[j] and redis.call('GET', leases[j]) == tokens[j] then
     done[j] = redis.call('DEL', Q.item .. id)
+    completed = completed + done[j]
     redis.call('LREM', Q.processing, -1, id)
     redis.call('DEL', leases[j])
     forget(Q, id)
@@ -39,4 +41,5 @@ for j, id in ipairs(ids) do
     done[j] = 0
   end
 end
+count(Q, 'completed', completed)
 return done

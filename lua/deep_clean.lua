@@ -14,7 +14,7 @@
 -- hold. A held item that no longer exists only loses its hold and bookkeeping. Every key that may
 -- be written is read first: a key of the wrong type fails the call before anything is written.
 local hold = HOLD_PREFIX .. arg(1)
-check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons})
+check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons, Q.counts})
 local mine = {}
 for i = NQ + 2, #ARGV do
   local id = ARGV[i]
@@ -38,4 +38,6 @@ end
 if #requeued > 0 then
   wake(Q, #requeued)
 end
+count(Q, 'expired', #requeued)
+count(Q, 'retried', #requeued)
 return {elapsed(), requeued}

@@ -10,7 +10,7 @@
 -- Keeps: writes nothing; never KEYS, and only this queue's data keys match the pattern. As the
 -- first call of a deep clean it reads every key of the queue that a later step may write, so a
 -- key of the wrong type fails the clean before anything is written.
-check_types('list', {Q.queue, Q.processing, Q.wake}, 'hash', {Q.deliveries, Q.reasons},
+check_types('list', {Q.queue, Q.processing, Q.wake}, 'hash', {Q.deliveries, Q.reasons, Q.counts},
   'zset', {Q.dead, Q.delayed, Q.waiting})
 local found = redis.call('SCAN', arg(1), 'MATCH', arg(3), 'COUNT', tonumber(arg(2)))
 return {elapsed(), found[1], found[2]}

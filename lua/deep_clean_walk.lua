@@ -11,8 +11,8 @@
 -- at its ends (pushes at the head and, for "next", at the tail; pops at the tail), so a walk at
 -- increasing indexes sees every id that stays on it throughout the walk; a held id cannot enter
 -- it; so a held id this walk never saw is not on the main queue at its end, nor after.
-local first, count, run = tonumber(arg(1)), tonumber(arg(2)), arg(3)
-local ids = redis.call('LRANGE', Q.queue, first, first + count - 1)
+local first, how_many, run = tonumber(arg(1)), tonumber(arg(2)), arg(3)
+local ids = redis.call('LRANGE', Q.queue, first, first + how_many - 1)
 if run == '' then
   return {elapsed(), #ids, ids}
 end

@@ -1,17 +1,24 @@
--- heartbeat: register a live worker of the queue (or remove its registration).
+-- heartbeat: register a live worker of the queue (or remove its registration), and add the job
+-- durations it measured since its last beat to the queue's histogram.
 --#include queue.lua
 -- KEYS[1] the queue's main queue (its other keys are named from ARGV[1], the key prefix P):
--- P:workers (sorted set, worker id -> ms its registration lapses) and P:worker:<id> (hash).
--- arg(1) worker id, arg(2) registration length in ms (0: remove the registration), arg(3...)
--- field, value pairs written into P:worker:<id> (the script adds 'beat', the server time in ms).
+-- P:workers (sorted set, worker id -> ms its registration lapses), P:worker:<id> (hash) and
+-- P:durations (hash, histogram field -> count, see durations.py).
+-- arg(1) worker id, arg(2) registration length in ms (0: remove the registration), arg(3) n, the
+-- number of histogram field, increment pairs that follow (arg(4) to arg(3 + 2n)), then field,
+-- value pairs written into P:worker:<id> (the script adds 'beat', the server time in ms).
 -- Returns the number of live workers of the queue after the call.
 -- Keeps: P:workers holds no lapsed registration after a beat, and neither key outlives the last
 -- live registration: P:worker:<id> expires with its registration and P:workers with the latest.
--- Both keys are read (ZCARD, HLEN) before the first write: a key of the wrong type fails the
+-- P:durations only grows (HINCRBY), as counters do; it has no expiry.
+-- Every key is read (ZCARD, HLEN) before the first write: a key of the wrong type fails the
 -- script with WRONGTYPE before anything changed.
-local id, ttl = arg(1), tonumber(arg(2))
-local workers, mine = Q.workers, Q.worker .. id
-check_types('zset', workers, 'hash', mine)
+local id, ttl, n = arg(1), tonumber(arg(2)), tonumber(arg(3))
+local workers, mine, durations = Q.workers, Q.worker .. id, Q.durations
+check_types('zset', workers, 'hash', mine, 'hash', durations)
+for i = 4, 3 + 2 * n, 2 do
+  redis.call('HINCRBY', durations, arg(i), arg(i + 1))
+end
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
 if ttl <= 0 then
@@ -21,7 +28,7 @@ if ttl <= 0 then
 end
 redis.call('ZADD', workers, now + ttl, id)
 redis.call('DEL', mine)
-redis.call('HSET', mine, 'beat', now, unpack(ARGV, NQ + 3))
+redis.call('HSET', mine, 'beat', now, unpack(ARGV, NQ + 4 + 2 * n))
 redis.call('PEXPIRE', mine, ttl)
 local last = redis.call('ZRANGE', workers, -1, -1, 'WITHSCORES')
 redis.call('PEXPIRE', workers, math.max(tonumber(last[2]) - now, 1))

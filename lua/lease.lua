@@ -4,17 +4,20 @@
 --#include queue.lua
 --#include wake.lua
 --#include delay.lua
---#include hold.lua
 --#include take.lua
 --#include stray.lua
+-- KEYS[i] queue i's main queue and ARGV[i] its key prefix, for queues i = 1..n in priority order
+-- (see queue.lua)
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
--- arg(4) how many items, arg(5) when nothing is found: ms for which to register the caller as a
--- worker blocked on the queues (0: it will not block), arg(6) the caller's waiter id ('' when it
--- does not block), arg(7) '1' when the caller is registered already (it then leaves once it has
--- items, or when it will not block), arg(7+i) queue i's max deliveries (0: no limit)
+-- arg(4) how many items, arg(5) the budget: how many ids the call may drop or bury before it
+-- hands control back (and how many due delayed items it promotes per queue), arg(6) when nothing
+-- is found: ms for which to register the caller as a worker blocked on the queues (0: it will
+-- not block), arg(7) the caller's waiter id ('' when it does not block), arg(8) '1' when the
+-- caller is registered already (it then leaves once it has items, or when it will not block),
+-- arg(8+i) queue i's max deliveries (0: no limit)
 -- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
--- when there is none: the ms until the next delayed item is due (-1 if none is), or -2 when
--- BUDGET ids were dropped or buried (and none handed out) and the caller should call again.
+-- when there is none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN
+-- when the budget ran out on ids dropped or buried (none handed out): the caller calls again.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
 -- is always on the processing list, and so is an id met on the main queue while its lease is
 -- live (it is left to its holder); an id without a data key is dropped, never handed out; an
@@ -22,9 +25,13 @@
 -- expire with the last registration. Every queue's keys are type-checked
 -- before the first write; the dead letter of an id that has reached max deliveries is checked
 -- before the ids it came with are taken (after earlier takes of the same call, if any).
-local BUDGET = 100
+-- The reply that asks the caller to call again (CALL_AGAIN in lease.py, which a test compares).
+local CALL_AGAIN = -2
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
-local count, flag, waiter, registered = tonumber(arg(4)), tonumber(arg(5)), arg(6), arg(7) == '1'
+local wanted = tonumber(arg(4))
+-- The budget, fixed for the call; budget counts down what is left of it.
+local BUDGET = tonumber(arg(5))
+local register_ms, waiter, registered = tonumber(arg(6)), arg(7), arg(8) == '1'
 local budget = BUDGET
 local now = now_ms()
 local out = {}
@@ -36,7 +43,7 @@ for i = 1, NQ do
   local q = queue_at(i)
   local delayed = i > 1 and {q.delayed} or {}
   check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset', delayed)
-  if flag > 0 or registered then
+  if register_ms > 0 or registered then
     check_types('zset', {q.waiting}, 'list', {q.wake})
   else
     check_wake(q)
@@ -44,15 +51,15 @@ for i = 1, NQ do
 end
 for i = 1, NQ do
   local q = queue_at(i)
-  local max = tonumber(arg(7 + i))
+  local max = tonumber(arg(8 + i))
   if registered then
     -- The caller looks again after a wait: a wake-up meant for it may have been taken.
     drop_marker(q)
   end
   promote(q, now, BUDGET)
-  while #out < count and budget > 0 do
+  while #out < wanted and budget > 0 do
     -- The oldest ids (at the tail), and their data, in one read each.
-    local ids = redis.call('LRANGE', q.queue, -math.min(count - #out, budget), -1)
+    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), -1)
     if #ids == 0 then
       break
     end
@@ -82,11 +89,11 @@ for i = 1, NQ do
       redis.call('LPUSH', q.processing, unpack(taken_ids))
     end
   end
-  if #out >= count then
+  if #out >= wanted then
     break
   end
 end
-if registered and (#out > 0 or flag == 0) then
+if registered and (#out > 0 or register_ms == 0) then
   for i = 1, NQ do
     leave(queue_at(i), waiter, now)
   end
@@ -95,7 +102,7 @@ if #out > 0 then
   return out
 end
 if budget <= 0 then
-  return -2
+  return CALL_AGAIN
 end
 local soonest = -1
 for i = 1, NQ do
@@ -104,8 +111,8 @@ for i = 1, NQ do
   if due >= 0 and (soonest < 0 or due < soonest) then
     soonest = due
   end
-  if flag > 0 then
-    join(q, waiter, now, flag)
+  if register_ms > 0 then
+    join(q, waiter, now, register_ms)
   end
 end
 return soonest

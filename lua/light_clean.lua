@@ -20,7 +20,7 @@
 -- list in the same step, so it is never both queued and leased. Every key that may be written is
 -- read first: a key of the wrong type fails the call before anything is written.
 local budget, max, due = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
-check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons},
+check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons, Q.counts},
   'zset', {Q.dead, Q.delayed, Q.waiting})
 local ids = redis.call('LRANGE', Q.processing, -budget, -1)
 local data, leases = {}, {}
@@ -71,4 +71,6 @@ end
 if #back > 0 then
   wake(Q, #back)
 end
+count(Q, 'expired', #back + buried)
+count(Q, 'retried', #back)
 return {#ids, #back, dropped, buried, promoted, elapsed()}

@@ -1,6 +1,7 @@
 -- purge_dead: delete dead letters for good.
 --#include queue.lua
 --#include dead.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1)... as dead.lua
 -- Returns {purged, skipped}: how many dead letters were deleted, and how many chosen ids were not
 -- dead letters.

@@ -3,6 +3,7 @@
 --#include wake.lua
 --#include delay.lua
 --#include take.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) item id, arg(2) the lease value the caller holds, arg(3) delay in ms (0: at once),
 -- arg(4) max deliveries (0: no limit), arg(5) '1' to undo the delivery (the item goes back to
 -- the leasing end as if it had not been handed out), arg(6) reason (optional)
@@ -21,7 +22,7 @@ end
 local data = redis.call('GET', Q.item .. id)
 local n = delivered(Q, id)
 local delayed = delay > 0 and {Q.delayed} or {}
-check_types('list', {Q.queue, Q.processing}, 'hash', {Q.reasons}, 'zset', delayed)
+check_types('list', {Q.queue, Q.processing}, 'hash', {Q.reasons, Q.counts}, 'zset', delayed)
 if data and not undo then
   check_types(bury_keys(Q, {id}, {n}, max))
 end
@@ -39,12 +40,14 @@ if undo then
     redis.call('HDEL', Q.deliveries, id)
   end
   enqueue(Q, id, true)
+  count(Q, 'retried')
   return 1
 end
 if reason then
   redis.call('HSET', Q.reasons, id, reason)
 end
 local now = now_ms()
+count(Q, 'failed')
 if max > 0 and n >= max then
   bury(Q, id, data, n, reason or redis.call('HGET', Q.reasons, id), now)
   return 2
@@ -54,4 +57,5 @@ if delay > 0 then
 else
   enqueue(Q, id, false)
 end
+count(Q, 'retried')
 return 1

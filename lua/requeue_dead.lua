@@ -2,6 +2,7 @@
 --#include queue.lua
 --#include wake.lua
 --#include dead.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1)... as dead.lua
 -- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
 -- letters or are in use by a live item again (those stay dead).
@@ -14,7 +15,7 @@ local datas = {}
 for i, id in ipairs(ids) do
   datas[i] = redis.call('HGET', Q.dead_item .. id, 'data')
 end
-check_types('list', {Q.queue}, 'zset', {Q.dead}, 'hash', {Q.deliveries, Q.reasons})
+check_types('list', {Q.queue}, 'zset', {Q.dead}, 'hash', {Q.deliveries, Q.reasons, Q.counts})
 check_wake(Q)
 local requeued, skipped = 0, 0
 for i, id in ipairs(ids) do
@@ -32,4 +33,5 @@ for i, id in ipairs(ids) do
     skipped = skipped + 1
   end
 end
+count(Q, 'requeued', requeued)
 return {requeued, skipped}

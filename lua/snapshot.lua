@@ -1,5 +1,6 @@
 -- snapshot: read one page of one part of a queue for an audit, without changing anything.
 --#include queue.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) the part: 'queue' (main queue), 'processing' (processing list), 'delayed', 'dead' or
 -- 'ids'; arg(2) most bytes of data to return (the first entry is always read whatever its size);
 -- then, for 'queue' and 'processing', arg(3) and arg(4) the first and last position counted from

@@ -1,17 +1,23 @@
 -- stats: the counts of a queue, with one chunk of the processing list split into live leases and
 -- expired ones awaiting a clean.
 --#include queue.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) first index, arg(2) last index of the processing-list chunk to inspect
--- Returns {queued, processing, delayed, dead, examined, live}: the lengths of the main queue and
--- the processing list, the numbers of delayed and dead items, and of the chunk's ids how many were
--- examined and how many have a live lease.
+-- Returns {queued, processing, delayed, dead, examined, live, gone}: the lengths of the main queue
+-- and the processing list, the numbers of delayed and dead items, and of the chunk's ids how many
+-- were examined, how many have a live lease, and how many are entries of completed items (no
+-- lease, no data key) left for the light clean to drop.
 -- Keeps: read only.
 local chunk = redis.call('LRANGE', Q.processing, arg(1), arg(2))
-local live = 0
+local live, gone = 0, 0
 for _, id in ipairs(chunk) do
-  live = live + redis.call('EXISTS', Q.lease .. id)
+  if redis.call('EXISTS', Q.lease .. id) == 1 then
+    live = live + 1
+  else
+    gone = gone + 1 - redis.call('EXISTS', Q.item .. id)
+  end
 end
 return {
   redis.call('LLEN', Q.queue), redis.call('LLEN', Q.processing), redis.call('ZCARD', Q.delayed),
-  redis.call('ZCARD', Q.dead), #chunk, live,
+  redis.call('ZCARD', Q.dead), #chunk, live, gone,
 }

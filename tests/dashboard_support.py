@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from servers import free_port
+from servers import free_port, poll
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
@@ -38,20 +37,9 @@ T = TypeVar("T")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-            last = value
-        except Exception as err:  # anything counts as "not yet"
-            last = err
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
-        time.sleep(0.05)
+    """Poll ``predicate`` until it returns something truthy (any error counts as "not yet");
+    fail after ``timeout`` seconds."""
+    return poll(predicate, timeout, what, 0.05, not_yet=(Exception,))
 
 
 @dataclass

@@ -46,20 +46,55 @@ def get(db: redis.Redis, key: str) -> bytes | None:
     return raw(db, "GET", key)
 
 
-def dump_state(db: redis.Redis) -> dict[bytes, tuple[str, Any, bool]]:
-    """Every key of the database with its type and value (lease TTLs reduced to 'has a TTL')."""
-    state: dict[bytes, tuple[str, Any, bool]] = {}
-    for key in raw(db, "KEYS", "*"):
+#: A database as :func:`dump_state` sees it: key -> (type, whole value, TTL).
+Dump = dict[bytes, tuple[str, Any, Any]]
+
+
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """A map or flat-pairs reply (HGETALL; ZRANGE WITHSCORES in RESP2) as a list of pairs."""
+    if isinstance(reply, dict):
+        return list(reply.items())
+    if reply and isinstance(reply[0], list | tuple):  # RESP3: [member, score] pairs
+        return [tuple(pair) for pair in reply]
+    return list(zip(reply[0::2], reply[1::2], strict=True))
+
+
+def dump_state(db: redis.Redis, ttl_step_ms: int | None = None) -> Dump:
+    """Every key of the database with its type, its whole value and its time to live.
+
+    The TTL is whether the key has one (a bool), or with ``ttl_step_ms`` its PTTL rounded to
+    steps of that many ms (-1: none), so that two dumps a moment apart compare equal. Replies
+    are read undecoded, whatever the client's ``decode_responses``.
+    """
+    keys: set[bytes] = set()
+    cursor: Any = 0
+    while True:
+        cursor, found = raw(db, "SCAN", cursor, "COUNT", 1000)
+        keys.update(bytes(k) for k in found)
+        if int(cursor) == 0:
+            break
+    state: Dump = {}
+    for key in sorted(keys):
         kind = raw(db, "TYPE", key)
         kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        value: Any
         if kind == "string":
-            value: Any = raw(db, "GET", key)
+            value = raw(db, "GET", key)
         elif kind == "list":
             value = list(raw(db, "LRANGE", key, 0, -1))
+        elif kind == "hash":
+            value = sorted(_pairs(raw(db, "HGETALL", key)))
+        elif kind == "set":
+            value = sorted(raw(db, "SMEMBERS", key))
+        elif kind == "zset":
+            value = [(m, float(s)) for m, s in _pairs(raw(db, "ZRANGE", key, 0, -1, "WITHSCORES"))]
         else:
             value = kind
-        has_ttl = int(raw(db, "PTTL", key)) > 0
-        state[bytes(key)] = (kind, value, has_ttl)
+        pttl = int(raw(db, "PTTL", key))
+        ttl: Any = (
+            pttl > 0 if ttl_step_ms is None else (round(pttl / ttl_step_ms) if pttl > 0 else pttl)
+        )
+        state[bytes(key)] = (kind, value, ttl)
     return state
 
 
@@ -95,3 +130,16 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread, outcome
+
+
+def keys_left(db: redis.Redis) -> list[bytes]:
+    """Every key of the database but the queues' counters (``<prefix>:counts``), which stay
+    when an item's every trace is gone."""
+    return sorted(bytes(k) for k in raw(db, "KEYS", "*") if not bytes(k).endswith(b":counts"))
+
+
+def traces(db: redis.Redis, pattern: str) -> list[bytes]:
+    """The keys matching ``pattern`` but a queue's counters (``<prefix>:counts``) and job
+    durations (``<prefix>:durations``), which outlive the items they count."""
+    kept = (b":counts", b":durations")
+    return sorted(bytes(k) for k in raw(db, "KEYS", pattern) if not bytes(k).endswith(kept))

@@ -38,9 +38,12 @@ def foreign_deep_clean(db: redis.Redis, prefix: str) -> list[str]:
 
 
 def keys_under(db: redis.Redis, prefix: str) -> set[str]:
-    """Every key whose name starts with ``prefix`` (found with SCAN)."""
+    """Every key whose name starts with ``prefix`` (found with SCAN), but the queues' counters
+    (``<prefix>:counts``) and the workers' duration histogram (``<prefix>:durations``), which
+    stay when an item's every trace is gone."""
     pattern = _GLOB.sub(r"\\\1", prefix) + "*"
-    return {_text(key) for key in db.scan_iter(match=pattern, count=1000)}
+    found = {_text(key) for key in db.scan_iter(match=pattern, count=1000)}
+    return {key for key in found if not key.endswith((":counts", ":durations"))}
 
 
 def hash_fields(db: redis.Redis, key: str) -> set[str]:

@@ -1,46 +1,100 @@
-"""Fixtures and helpers that start the servers of the scale-out tests: a Redis Cluster of three
-primaries with a replica each, a primary with a replica, and a Sentinel watching a pair.
+"""Throw-away Redis servers for the tests and the benchmarks: one launcher for all of them.
 
-Every process is started on free ports (never 6379; a cluster node's bus port, port + 10000,
-is checked too) with persistence off, every wait is a poll with a deadline, and every process is
-stopped at teardown (SIGCONT, terminate, then kill), on failure too.
+What it starts, each on free ports (never 6379, nor 7000-7199 and their bus ports, where a
+cluster for manual experiments may run) and with persistence off (``--save ""
+--appendonly no``) unless asked for:
 
-Test modules import the fixtures into their namespace (each is registered under the name
-without ``_fixture``)::
+* :func:`start_server`: one redis-server (:class:`Proc`), which a test may pause, SIGKILL and
+  start again on its port (:meth:`Proc.restart`); with ``aof=True`` it keeps an append-only
+  file (``appendfsync always``) so that every acknowledged write survives the SIGKILL;
+* :func:`start_pair`: a primary and one replica (:class:`ReplicaPair`), in sync;
+* :func:`start_sentinel`: a Sentinel watching a pair as ``mymaster`` (:class:`SentinelSetup`);
+* :func:`create_cluster`: a Redis Cluster of N primaries with R replicas each (:class:`Cluster`);
+* :func:`start_tls_server`: a redis-server with a TLS port beside its plain one, its certificate
+  signed by a throw-away CA (:class:`TlsServer`; needs ``openssl``);
+* :class:`Proxy`: a TCP proxy in front of a server that cuts connections on demand or at
+  random, and can stop forwarding (a server that never answers).
 
-    from servers import cluster_fixture, cluster_db_fixture  # noqa: F401
+Every process is stopped by its PID when it is stopped, when the interpreter exits (``atexit``)
+and, with :class:`Spawn` ``die_with_parent``, when its parent dies however it dies (the kernel
+sends it SIGTERM). :class:`Spawn` also pins a process to CPUs (the benchmarks' ``--pin``).
+A SIGTERM ends a benchmark through ``sys.exit`` (:func:`exit_on_sigterm`), so the same clean-up
+runs. Every wait is a poll with a deadline.
+
+This module needs only ``redis`` (no pytest): the tests' fixtures (``tests/plugins/``) and the
+benchmarks (``bench/``, which put ``tests/`` on ``sys.path``) both use it. A missing program
+(``redis-server``, ``redis-cli``, ``openssl``) raises :class:`MissingTool`; the fixtures turn it
+into a skip, or a failure under ``CI=true``. ``RWQ_REDIS_SERVER`` names another ``redis-server``
+binary (its ``redis-cli`` is taken from beside it).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import os
 import random
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from conftest import FORBIDDEN_PORT, redis_server_binary
-
 T = TypeVar("T")
 
+#: The Redis every developer runs: never started, used or flushed here.
+FORBIDDEN_PORT = 6379
 START_SECS = 10.0
 CLUSTER_SECS = 30.0
-#: Ports handed out in this session (a port is reserved before its server binds it).
+#: Names another redis-server binary.
+BINARY_ENV = "RWQ_REDIS_SERVER"
+#: Ports handed out in this process (a port is reserved before its server binds it).
 _RESERVED: set[int] = set()
 #: A cluster for manual experiments may be running on these: never use them.
 _AVOID = {FORBIDDEN_PORT, *range(7000, 7200), *range(17000, 17200)}
+
+
+class MissingTool(RuntimeError):
+    """A program the caller needs is not installed (the fixtures skip, or fail in CI)."""
+
+
+def tool(name: str) -> str:
+    """The path of ``redis-server`` or ``redis-cli`` (beside ``RWQ_REDIS_SERVER`` if set).
+
+    Raises:
+        MissingTool: There is none.
+    """
+    configured = os.environ.get(BINARY_ENV)
+    if configured:
+        server = shutil.which(configured)
+        if server is None:
+            raise MissingTool(f"{BINARY_ENV}={configured!r} is not an executable")
+        if name == "redis-server":
+            return server
+        sibling = Path(server).with_name(name)
+        if sibling.is_file():
+            return str(sibling)
+    found = shutil.which(name)
+    if found is None:
+        raise MissingTool(f"{name} not found on PATH")
+    return found
+
+
+def redis_server_binary() -> str:
+    """The path of ``redis-server`` (see :func:`tool`)."""
+    return tool("redis-server")
 
 
 def poll(
@@ -48,11 +102,12 @@ def poll(
     timeout: float,
     what: str | Callable[[], str],
     interval: float = 0.02,
+    not_yet: tuple[type[Exception], ...] = (redis.RedisError, OSError),
 ) -> T:
     """Call ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
 
-    Redis errors raised by the predicate count as "not yet". ``what`` may be a function, called
-    for the failure message only.
+    The errors in ``not_yet`` (Redis and socket errors unless told) raised by the predicate
+    count as "not yet". ``what`` may be a function, called for the failure message only.
     """
     deadline = time.monotonic() + timeout
     last: object = None
@@ -62,7 +117,7 @@ def poll(
             if value:
                 return value
             last = value
-        except (redis.RedisError, OSError) as err:
+        except not_yet as err:
             last = err
         if time.monotonic() >= deadline:
             told = what() if callable(what) else what
@@ -125,9 +180,89 @@ def info(proc: Proc, section: str) -> dict[str, str]:
     return parse_info(reply.decode() if isinstance(reply, bytes) else str(reply))
 
 
+# Starting processes ------------------------------------------------------------------------------
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl  # type: ignore[no-any-return]
+    return None
+
+
+#: Loaded in the parent: a child between fork and exec must not load a library.
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """How a child process is started.
+
+    Attributes:
+        cpus: Pin it to these CPUs (``sched_setaffinity``), or leave it where the OS puts it.
+        die_with_parent: The kernel sends it SIGTERM when the process (thread) that started it
+            dies, even by SIGKILL. For the benchmarks, which start everything from their main
+            thread; the tests stop their processes in fixtures (and at exit).
+    """
+
+    cpus: frozenset[int] | None = None
+    die_with_parent: bool = False
+
+    def _setup(self) -> None:  # runs in the child, between fork and exec
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
+        if self.die_with_parent and _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """The ``subprocess.Popen`` arguments that apply this spawn (none when it is plain)."""
+        if self.cpus is None and not self.die_with_parent:
+            return {}
+        return {"preexec_fn": self._setup}
+
+
+PLAIN = Spawn()
+
+#: Every process started here and not yet stopped, by PID: stopped at exit.
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Stop ``process`` (SIGCONT, SIGTERM, then SIGKILL) and forget it."""
+    with _LIVE_LOCK:
+        _LIVE.pop(process.pid, None)
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+@atexit.register
+def stop_everything() -> None:
+    """Stop every process this module started and that is still running."""
+    with _LIVE_LOCK:
+        left = list(_LIVE.values())
+    for process in left:
+        with contextlib.suppress(Exception):  # stop the others whatever happens
+            _reap(process)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process like Ctrl-C (``sys.exit(143)``): ``finally`` blocks and
+    :func:`stop_everything` run, so no server outlives it."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 @dataclass
 class Proc:
-    """One redis-server (or sentinel) process owned by the tests."""
+    """One redis-server (or sentinel) process, started and stopped here."""
 
     port: int
     argv: list[str]
@@ -135,6 +270,11 @@ class Proc:
     process: subprocess.Popen[bytes] | None = None
     clients: list[Any] = field(default_factory=list)
     host: str = "127.0.0.1"
+    spawn: Spawn = PLAIN
+    #: The default ``socket_timeout`` of :meth:`client` (None: block as long as a command does).
+    client_timeout: float | None = 5.0
+    #: Times :meth:`restart` ran.
+    restarts: int = 0
     _admin: redis.Redis | None = None
 
     @property
@@ -162,7 +302,10 @@ class Proc:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            **self.spawn.popen_kwargs(),
         )
+        with _LIVE_LOCK:
+            _LIVE[self.process.pid] = self.process
         probe = redis.Redis(host=self.host, port=self.port, socket_timeout=1)
         try:
 
@@ -193,7 +336,7 @@ class Proc:
 
     def client(self, **kwargs: Any) -> redis.Redis:
         """A new client of this process; closed when it is stopped."""
-        kwargs.setdefault("socket_timeout", 5)
+        kwargs.setdefault("socket_timeout", self.client_timeout)
         client = redis.Redis(host=self.host, port=self.port, **kwargs)
         self.clients.append(client)
         return client
@@ -206,11 +349,19 @@ class Proc:
             os.kill(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILL: the process dies at once, without a word to its replicas."""
+        """SIGKILL: the process dies at once, without a word to its replicas (and without a
+        last write: with ``aof``, only what was fsynced survives)."""
         if self.alive():
             assert self.process is not None
             self.process.kill()
             self.process.wait(timeout=5)
+
+    def restart(self) -> None:
+        """SIGKILL it if it runs, start it again on the same port (from its append-only file,
+        with ``aof``) and wait until it answers."""
+        self.kill()
+        self.launch()
+        self.restarts += 1
 
     def stop(self) -> None:
         for client in self.clients:
@@ -218,54 +369,70 @@ class Proc:
                 client.close()
         self.clients.clear()
         self._admin = None
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.process.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        if self.process is not None:
+            _reap(self.process)
 
 
-def server_argv(port: int, workdir: Path, *extra: str) -> list[str]:
+def server_argv(port: int, workdir: Path, *extra: str, aof: bool = False) -> list[str]:
+    """A redis-server's command line: persistence off (or, with ``aof``, an append-only file
+    fsynced at every write), its files in ``workdir``."""
+    persistence = (
+        ("--appendonly", "yes", "--appendfsync", "always") if aof else ("--appendonly", "no")
+    )
     return [
         redis_server_binary(),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-        "--logfile",
-        str(workdir / "redis.log"),
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        *persistence,
+        "--dir", str(workdir),
+        "--logfile", str(workdir / "redis.log"),
         # replicas sync at once (the default waits 5 s for more replicas to join a transfer)
-        "--repl-diskless-sync-delay",
-        "0",
+        "--repl-diskless-sync-delay", "0",
         *extra,
-    ]
+    ]  # fmt: skip
 
 
-def start_server(base: Path, *extra: str, bus: bool = False) -> Proc:
-    """Start a redis-server on a free port (trying other ports on a start-up race)."""
+def start_server(
+    base: Path,
+    *extra: str,
+    bus: bool = False,
+    aof: bool = False,
+    spawn: Spawn = PLAIN,
+    client_timeout: float | None = 5.0,
+) -> Proc:
+    """Start a redis-server on a free port (trying other ports on a start-up race).
+
+    Args:
+        base: The directory under which the server gets a directory of its own.
+        extra: More command-line options (a replica's, a cluster node's).
+        bus: Its port + 10000 (a cluster node's bus port) must be free too.
+        aof: Keep an append-only file (``appendfsync always``): :meth:`Proc.restart` after
+            :meth:`Proc.kill` finds every acknowledged write.
+        spawn: CPU pinning and parent-death signal.
+        client_timeout: The default ``socket_timeout`` of its clients.
+    """
+
+    def make(port: int) -> Proc:
+        workdir = base / f"node-{port}"
+        argv = server_argv(port, workdir, *extra, aof=aof)
+        return Proc(port, argv, workdir, spawn=spawn, client_timeout=client_timeout)
+
+    return _launch_on_a_free_port(make, "redis-server", bus)
+
+
+def _launch_on_a_free_port(make: Callable[[int], Proc], what: str, bus: bool = False) -> Proc:
+    """Launch ``make(port)`` on a free port, on another one after a start-up race (5 tries)."""
     last: AssertionError | None = None
     for _ in range(5):
-        port = free_port(bus=bus)
-        workdir = base / f"node-{port}"
-        proc = Proc(port, server_argv(port, workdir, *extra), workdir)
+        proc = make(free_port(bus=bus))
         try:
             proc.launch()
             return proc
         except AssertionError as err:
             last = err
             proc.stop()
-    raise AssertionError(f"could not start redis-server: {last}")
+    raise AssertionError(f"could not start a {what}: {last}")
 
 
 def stop_all(procs: list[Proc]) -> None:
@@ -312,10 +479,11 @@ class ReplicaPair:
         wait_in_sync(self.primary, self.replica)
 
 
-def start_pair(base: Path) -> ReplicaPair:
-    primary = start_server(base)
+def start_pair(base: Path, spawn: Spawn = PLAIN) -> ReplicaPair:
+    """A primary and its replica (``--replicaof``), linked and in sync."""
+    primary = start_server(base, spawn=spawn)
     try:
-        replica = start_server(base, "--replicaof", "127.0.0.1", str(primary.port))
+        replica = start_server(base, "--replicaof", "127.0.0.1", str(primary.port), spawn=spawn)
     except BaseException:
         primary.stop()
         raise
@@ -326,16 +494,6 @@ def start_pair(base: Path) -> ReplicaPair:
         stop_all(pair.procs())
         raise
     return pair
-
-
-@pytest.fixture(scope="module", name="replica_pair")
-def replica_pair_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaPair]:
-    """A primary and its replica (``--replicaof``), linked and in sync; stopped at teardown."""
-    pair = start_pair(tmp_path_factory.mktemp("pair"))
-    try:
-        yield pair
-    finally:
-        stop_all(pair.procs())
 
 
 # Sentinel ----------------------------------------------------------------------------------------
@@ -367,9 +525,9 @@ class SentinelSetup:
 
 
 def start_sentinel(base: Path, master_port: int) -> Proc:
-    last: AssertionError | None = None
-    for _ in range(5):
-        port = free_port()
+    """A sentinel that watches the primary on ``master_port`` as ``mymaster``."""
+
+    def make(port: int) -> Proc:
         workdir = base / f"sentinel-{port}"
         workdir.mkdir(parents=True, exist_ok=True)
         conf = workdir / "sentinel.conf"
@@ -382,14 +540,92 @@ def start_sentinel(base: Path, master_port: int) -> Proc:
             f"sentinel down-after-milliseconds {MASTER_NAME} 1000\n"
             f"sentinel failover-timeout {MASTER_NAME} 5000\n"
         )
-        proc = Proc(port, [redis_server_binary(), str(conf), "--sentinel"], workdir)
-        try:
-            proc.launch()
-            return proc
-        except AssertionError as err:
-            last = err
-            proc.stop()
-    raise AssertionError(f"could not start a sentinel: {last}")
+        return Proc(port, [redis_server_binary(), str(conf), "--sentinel"], workdir)
+
+    return _launch_on_a_free_port(make, "sentinel")
+
+
+def start_sentinel_setup(base: Path) -> SentinelSetup:
+    """A primary with a replica and a sentinel that watches them and knows both."""
+    pair = start_pair(base)
+    procs = pair.procs()
+    try:
+        sentinel = start_sentinel(base, pair.primary.port)
+        procs.insert(0, sentinel)
+        poll(
+            lambda: sentinel_knows_replica(sentinel, pair.replica.port),
+            15,
+            "the sentinel to find the replica",
+            interval=0.1,
+        )
+    except BaseException:
+        stop_all(procs)
+        raise
+    return SentinelSetup(pair, sentinel)
+
+
+@dataclass
+class TlsServer:
+    """A redis-server with a TLS port beside its plain one (no client certificates asked)."""
+
+    proc: Proc
+    tls_port: int
+    #: The throw-away CA that signed the server's certificate (for 127.0.0.1 and localhost).
+    ca: Path
+
+    @property
+    def url(self) -> str:
+        """The ``rediss://`` URL of the TLS port."""
+        return f"rediss://127.0.0.1:{self.tls_port}/0"
+
+
+def make_certificates(where: Path) -> tuple[Path, Path, Path]:
+    """A throw-away CA, and a certificate it signed for 127.0.0.1: (CA, certificate, key).
+
+    Raises:
+        MissingTool: ``openssl`` is not installed.
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise MissingTool("openssl not found on PATH (needed for a TLS server)")
+    ca, ca_key = where / "ca.pem", where / "ca.key"
+    cert, key, request = where / "server.pem", where / "server.key", where / "server.csr"
+    extensions = where / "san.cnf"
+    extensions.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for argv in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+         "-keyout", str(ca_key), "-out", str(ca)],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(request)],
+        ["x509", "-req", "-in", str(request), "-CA", str(ca), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-days", "1", "-out", str(cert), "-extfile", str(extensions)],
+    ):  # fmt: skip
+        subprocess.run([openssl, *argv], check=True, capture_output=True, timeout=60)
+    return ca, cert, key
+
+
+def start_tls_server(base: Path) -> TlsServer:
+    """A redis-server with a TLS port (its certificate from :func:`make_certificates`).
+
+    Raises:
+        MissingTool: ``openssl`` is missing, or this redis-server does not start with TLS
+            (built without it).
+    """
+    base.mkdir(parents=True, exist_ok=True)
+    ca, cert, key = make_certificates(base)
+    tls_port = free_port()
+    try:
+        proc = start_server(
+            base,
+            *("--tls-port", str(tls_port), "--tls-cert-file", str(cert)),
+            *("--tls-key-file", str(key), "--tls-ca-cert-file", str(ca)),
+            *("--tls-auth-clients", "no"),
+        )
+    except AssertionError as err:
+        raise MissingTool(
+            f"this redis-server does not start with TLS (built without it?): {err}"
+        ) from err
+    return TlsServer(proc, tls_port, ca)
 
 
 def pairs(flat: list[Any]) -> list[tuple[Any, Any]]:
@@ -411,27 +647,6 @@ def sentinel_knows_replica(sentinel: Proc, replica_port: int) -> bool:
     return False
 
 
-@pytest.fixture(scope="module", name="sentinel_setup")
-def sentinel_setup_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
-    """A primary with a replica and a sentinel that watches them and knows both."""
-    base = tmp_path_factory.mktemp("sentinel")
-    pair = start_pair(base)
-    procs = pair.procs()
-    try:
-        sentinel = start_sentinel(base, pair.primary.port)
-        procs.insert(0, sentinel)
-        setup = SentinelSetup(pair, sentinel)
-        poll(
-            lambda: sentinel_knows_replica(sentinel, pair.replica.port),
-            15,
-            "the sentinel to find the replica",
-            interval=0.1,
-        )
-        yield setup
-    finally:
-        stop_all(procs)
-
-
 # Redis Cluster -----------------------------------------------------------------------------------
 
 
@@ -449,9 +664,11 @@ class ClusterNodeInfo:
 
 @dataclass
 class Cluster:
-    """Six cluster nodes: three primaries, each with one replica."""
+    """A Redis Cluster: ``primaries`` primaries, each with ``replicas`` replicas."""
 
     nodes: list[Proc]
+    primaries_wanted: int = 3
+    replicas: int = 1
     clients: list[Any] = field(default_factory=list)
 
     def alive(self) -> list[Proc]:
@@ -551,8 +768,8 @@ class Cluster:
         raise AssertionError(f"no tag found on {primary.port}")
 
     def healthy(self) -> bool:
-        """Every live node says cluster_state:ok and knows three live primaries, each with a
-        linked replica, and a fresh client sees all 16384 slots."""
+        """Every live node says cluster_state:ok and knows its live primaries, each with a
+        linked replica (if it should have one), and a fresh client sees all 16384 slots."""
         for node in self.alive():
             if parse_info(node.text("CLUSTER", "INFO")).get("cluster_state") != "ok":
                 return False
@@ -560,7 +777,7 @@ class Cluster:
             if rinfo.get("role") == "slave" and rinfo.get("master_link_status") != "up":
                 return False
         topology = self.topology()
-        if len(topology) != 3 or not all(topology.values()):
+        if len(topology) != self.primaries_wanted or (self.replicas and not all(topology.values())):
             return False
         probe = RedisCluster(host="127.0.0.1", port=self.alive()[0].port, socket_timeout=2)
         try:
@@ -594,27 +811,33 @@ class Cluster:
         self.clients.clear()
 
 
-def create_cluster(base: Path) -> Cluster:
+def create_cluster(
+    base: Path,
+    primaries: int = 3,
+    replicas: int = 1,
+    spawn: Spawn = PLAIN,
+    node_timeout_ms: int = 1000,
+) -> Cluster:
+    """Start ``primaries * (1 + replicas)`` nodes, join them with ``redis-cli --cluster
+    create`` and wait until the cluster is healthy.
+
+    Raises:
+        MissingTool: No ``redis-cli`` (nothing is left running).
+    """
     cluster_args = (
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "1000",
-    )
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(node_timeout_ms),
+    )  # fmt: skip
     nodes: list[Proc] = []
     try:
-        for _ in range(6):
-            nodes.append(start_server(base, *cluster_args, bus=True))
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail("redis-cli not found; CI requires a real Redis", pytrace=False)
-            pytest.skip("redis-cli not found on PATH")
+        cli = tool("redis-cli")
+        for _ in range(primaries * (1 + replicas)):
+            nodes.append(start_server(base, *cluster_args, bus=True, spawn=spawn))
         addresses = [f"127.0.0.1:{n.port}" for n in nodes]
+        create = ["--cluster", "create", *addresses, "--cluster-replicas", str(replicas)]
         done = subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+            [cli, *create, "--cluster-yes"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=CLUSTER_SECS,
@@ -622,7 +845,7 @@ def create_cluster(base: Path) -> Cluster:
         )
         if done.returncode != 0:
             raise AssertionError(f"redis-cli --cluster create failed: {done.stdout[-2000:]!r}")
-        made = Cluster(nodes)
+        made = Cluster(nodes, primaries, replicas)
         made.wait_healthy()
         return made
     except BaseException:
@@ -630,25 +853,201 @@ def create_cluster(base: Path) -> Cluster:
         raise
 
 
-@pytest.fixture(scope="session", name="cluster")
-def cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A local Redis Cluster of three primaries with one replica each, for the session."""
-    redis_server_binary()
-    made = create_cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        yield made
-    finally:
-        made.close_clients()
-        stop_all(made.nodes)
+# Connection-cutting proxy -----------------------------------------------------------------------
+
+#: How long a connection to the server behind a proxy may take.
+CONNECT_SECS = 2.0
+#: How often blocked proxy threads look at their stop flags.
+TICK_SECS = 0.05
 
 
-@pytest.fixture(name="cluster_db")
-def cluster_db_fixture(cluster: Cluster) -> Iterator[RedisCluster]:
-    """A client of the session cluster, healthy and emptied for this test."""
-    cluster.wait_healthy()
-    cluster.flushall()
-    client = cluster.client()
-    try:
-        yield client
-    finally:
-        cluster.close_clients()
+class _Link:
+    """One client connection through the proxy and its upstream connection."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.closed = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def cut(self) -> None:
+        """Close both ends at once; the client sees its connection reset."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        for sock in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                # linger 0: close() sends RST and drops what is unsent
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv()
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 in front of ``target_port``, driven by threads.
+
+    Args:
+        target_port: The port of the server behind the proxy (on 127.0.0.1).
+        port: The port to listen on; a free one when 0.
+    """
+
+    def __init__(self, target_port: int, port: int = 0) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", port or free_port()))
+        self._listener.listen(128)
+        self._listener.settimeout(TICK_SECS * 4)
+        self.port: int = self._listener.getsockname()[1]
+        self._links: set[_Link] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._forwarding = threading.Event()
+        self._forwarding.set()
+        self._stopped = threading.Event()
+        self._cutter: threading.Thread | None = None
+        self._cutter_stop = threading.Event()
+        #: Connections cut so far (each client connection counts once).
+        self.cuts = 0
+        #: Times :meth:`cut` (or the random cutter) ran.
+        self.cut_rounds = 0
+        #: Client connections accepted so far.
+        self.accepted = 0
+        self._acceptor = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
+        self._acceptor.start()
+
+    @property
+    def url(self) -> str:
+        """A Redis URL of the proxy."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def open_links(self) -> int:
+        """Client connections open now."""
+        with self._lock:
+            return sum(1 for link in self._links if not link.closed.is_set())
+
+    # Faults -------------------------------------------------------------------------------------
+
+    def cut(self) -> int:
+        """Cut every open connection now; return how many were cut."""
+        with self._lock:
+            links = [link for link in self._links if not link.closed.is_set()]
+            self._links.difference_update(links)
+            self.cut_rounds += 1
+        for link in links:
+            link.cut()
+        with self._lock:
+            self.cuts += len(links)
+        return len(links)
+
+    def cut_randomly(
+        self, seed: int, min_gap: float, max_gap: float, limit: int | None = None
+    ) -> None:
+        """Cut every open connection after random gaps of ``min_gap`` to ``max_gap`` seconds
+        (drawn from ``random.Random(seed)``), at most ``limit`` times, until
+        :meth:`stop_cutting`."""
+        if not 0 < min_gap <= max_gap:
+            raise ValueError("need 0 < min_gap <= max_gap")
+        self.stop_cutting()
+        rng = random.Random(seed)
+        self._cutter_stop = stop = threading.Event()
+
+        def cutter() -> None:
+            rounds = 0
+            while limit is None or rounds < limit:
+                if stop.wait(rng.uniform(min_gap, max_gap)):
+                    return
+                self.cut()
+                rounds += 1
+
+        self._cutter = threading.Thread(target=cutter, name="proxy-cutter", daemon=True)
+        self._cutter.start()
+
+    def cutting(self) -> bool:
+        """The random cutter is running."""
+        return self._cutter is not None and self._cutter.is_alive()
+
+    def stop_cutting(self) -> None:
+        """Stop the random cuts (what was cut stays cut)."""
+        self._cutter_stop.set()
+        if self._cutter is not None:
+            self._cutter.join(timeout=5)
+            self._cutter = None
+
+    def pause(self) -> None:
+        """Stop forwarding: connections are still accepted, but nothing goes either way."""
+        self._forwarding.clear()
+
+    def resume(self) -> None:
+        """Forward again, held bytes first."""
+        self._forwarding.set()
+
+    def stop(self) -> None:
+        """Stop listening and cut everything (idempotent)."""
+        self._stopped.set()
+        self.stop_cutting()
+        self._forwarding.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self._acceptor.join(timeout=5)
+        self.cut()
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=5)
+
+    # Forwarding ---------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            try:
+                upstream = socket.create_connection(self.target, timeout=CONNECT_SECS)
+            except OSError:
+                # The server is down: the client sees its connection reset, as it would.
+                _Link(client, socket.socket()).cut()
+                continue
+            upstream.settimeout(None)
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            link = _Link(client, upstream)
+            link.threads = [
+                threading.Thread(target=self._pump, args=(link, a, b), daemon=True)
+                for a, b in ((client, upstream), (upstream, client))
+            ]
+            with self._lock:
+                self._links.add(link)
+                self.accepted += 1
+                self._threads = [t for t in self._threads if t.is_alive()] + link.threads
+            for thread in link.threads:
+                thread.start()
+
+    def _hold(self, link: _Link) -> bool:
+        """Wait while paused; False when the link was cut meanwhile."""
+        while not self._forwarding.wait(TICK_SECS):
+            if link.closed.is_set():
+                return False
+        return not link.closed.is_set()
+
+    def _pump(self, link: _Link, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while self._hold(link):
+                data = src.recv(65536)
+                if not data or not self._hold(link):
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            # One side closed: close the other, as a real connection would end.
+            with self._lock:
+                self._links.discard(link)
+            link.cut()

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import pytest
 import redis
 
-from conftest import Backend
 from helpers import b, get, lrange
+from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 QUEUE = KeyPrefix("add")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 def test_add_item_stores_data_then_queues_id(db: redis.Redis, queue: WorkQueue) -> None:
@@ -79,6 +73,20 @@ def test_add_unique_item_with_existing_id_overwrites_and_requeues(
     assert queue.lease(db, 30, block=False) is None  # the stray copy is dropped
     assert queue.queue_len(db) == 0
     assert lrange(db, "add:processing") == [b"same"]
+
+
+@pytest.mark.parametrize("method", ["add_unique_item_to_pipeline", "add_item_to_pipeline"])
+def test_pipelined_add_of_an_existing_id_overwrites_and_requeues(
+    db: redis.Redis, queue: WorkQueue, method: str
+) -> None:
+    """As documented: neither pipelined add checks for an existing id (its replies are shaped
+    as SET and LPUSH), so both behave as add_unique_item does."""
+    assert queue.add_item(db, Item(b"one", id="same")) is True
+    pipe = db.pipeline()
+    getattr(queue, method)(pipe, Item(b"two", id="same"))
+    assert pipe.execute() == [True, 2]
+    assert queue.queue_len(db) == 2
+    assert get(db, "add:item:same") == b"two"
 
 
 @pytest.mark.parametrize("method", ["add_unique_item_to_pipeline", "add_item_to_pipeline"])

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,8 @@ from lifecycle_helpers import (
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 P = "amo"
+QUEUE = KeyPrefix(P)
 TESTS_DIR = Path(__file__).resolve().parent
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(KeyPrefix(P))
 
 
 def never_again(db: redis.Redis, queue: WorkQueue) -> None:

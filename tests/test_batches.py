@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import Backend
-from helpers import raw, wait_for
+from helpers import keys_left, raw, wait_for
+from plugins.backends import Backend
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, protocol
 from redis_work_queue.ops import ADD_CHUNK, ADD_CHUNK_BYTES, COMPLETE_CHUNK
 from redis_work_queue.protocol import ScriptCall
@@ -151,7 +151,7 @@ def test_add_items_of_an_empty_batch_sends_nothing(
     assert queue.add_items(db, []) == []
     assert queue.add_items(db, iter([])) == []
     assert script_calls == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_add_items_accepts_any_iterable(db: redis.Redis) -> None:
@@ -281,7 +281,7 @@ def test_complete_many_across_chunks(bytes_db: redis.Redis) -> None:
     done = queue.complete_many(db, asked)
     assert done == [i for i in leased if i.id() not in {"10", "900"}]
     assert queue.processing(db) == 0
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 @pytest.mark.parametrize("position", [0, 499, 500, 1233])
@@ -297,7 +297,7 @@ def test_bad_item_anywhere_in_add_items_writes_nothing(
     with pytest.raises(InvalidArgumentError):
         queue.add_items(db, items, unique=True)
     assert script_calls == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 @pytest.mark.parametrize(
@@ -316,7 +316,7 @@ def test_bad_options_of_add_items_write_nothing(db: redis.Redis, options: dict[s
     queue = WorkQueue(BATCH)
     with pytest.raises(InvalidArgumentError):
         queue.add_items(db, [Item(b"", id=str(i)) for i in range(600)], **options)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_bad_item_anywhere_in_complete_many_completes_nothing(db: redis.Redis) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import redis
 
@@ -11,13 +9,9 @@ from helpers import dump_state
 from redis_work_queue import Item, KeyPrefix, WorkQueue, WrongKeyTypeError
 
 QUEUE = KeyPrefix("kt")
+QUEUE_OPTIONS = {"max_deliveries": 3}
 #: Every queue-level key a clean may write (the lists, hashes and sorted sets of the queue).
 KEYS = ["queue", "processing", "wake", "deliveries", "reasons", "dead", "delayed", "waiting"]
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE, max_deliveries=3)
 
 
 def _work_for_every_step(db: redis.Redis, queue: WorkQueue) -> None:

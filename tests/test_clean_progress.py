@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -10,20 +9,14 @@ import pty
 import select
 import subprocess
 import sys
-from collections.abc import Callable
 
 import pytest
 import redis
 
-from redis_work_queue import AsyncWorkQueue, CleanProgress, Item, KeyPrefix, WorkQueue, cleaning
+from redis_work_queue import CleanProgress, Item, KeyPrefix, WorkQueue, cleaning
 from redis_work_queue.cli import EXIT_OK, main
 
 QUEUE = KeyPrefix("pg")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 def _lost_and_queued(db: redis.Redis, queue: WorkQueue, lost: int, queued: int) -> None:
@@ -77,13 +70,6 @@ def test_progress_is_logged_at_info(
     assert any("examined" in line and "requeued" in line and "/s" in line for line in lines)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("requeued 50 items lost from both lists" in line for line in warnings)
-
-
-def test_sync_and_asyncio_signatures_match() -> None:
-    for name in ("light_clean", "deep_clean"):
-        sync = inspect.signature(getattr(WorkQueue, name))
-        aio = inspect.signature(getattr(AsyncWorkQueue, name))
-        assert sync == aio, name
 
 
 def rwq(url: str, *args: str) -> int:

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from redis_work_queue import Item, KeyPrefix, WorkQueue
-from redis_work_queue.cli import EXIT_OK, EXIT_USAGE, main
+from redis_work_queue.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
 P = "cli"
 
@@ -123,8 +123,11 @@ def test_requeue_some(
     db = setup
     ids = ["d0", "d2", "nope"]
     args = [*ids, "--requeue"] if ids_first else ["--requeue", *ids]
-    assert rwq(redis_url, "dead-letters", P, *args) == EXIT_OK
-    assert "requeued 2" in capsys.readouterr().out
+    # "nope" is not a dead letter: the others are requeued, and the exit code says so.
+    assert rwq(redis_url, "dead-letters", P, *args) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "requeued 2" in captured.out
+    assert "nope" in captured.err and len(captured.err.strip().splitlines()) == 1
     assert queue.dead_count(db) == 1
     assert [d.id for d in queue.dead_letters(db)] == ["d1"]
     leased = {}

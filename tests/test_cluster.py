@@ -33,15 +33,7 @@ from redis_work_queue import (
     lease_from,
 )
 from redis_work_queue.server import acheck_eviction, check_eviction, eviction_policy
-from servers import (  # noqa: F401 (the fixtures)
-    Cluster,
-    Proc,
-    cluster_db_fixture,
-    cluster_fixture,
-    in_sync,
-    info,
-    poll,
-)
+from servers import Cluster, Proc, in_sync, info, poll
 
 pytestmark = pytest.mark.real_redis
 
@@ -310,7 +302,7 @@ def test_pipelined_add_without_a_hash_tag_is_refused_before_queuing(
     assert len(pipe) == 0  # nothing was queued
     tagged.add_item_to_pipeline(pipe, Item(b"ok", id="ok"))  # the pipeline is still usable
     pipe.execute()
-    assert cluster.key_count() == 2  # the tagged queue's item and list only
+    assert cluster.key_count() == 3  # the tagged queue's item, list and counters only
     assert [p.id for p in tagged.peek(cluster_db)] == ["ok"]
 
 

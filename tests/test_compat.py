@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import Backend
-from helpers import b, get, lrange, wait_for
+from helpers import b, get, keys_left, lrange, wait_for
+from plugins.backends import Backend
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, lease_from
+from redis_work_queue.lease import LeaseRequest
 from redis_work_queue.protocol import run
 
 
@@ -121,7 +122,7 @@ def test_we_add_foreign_leases_and_completes(
     assert queue.complete(db, Item(b"", id="o1")) is False
     assert queue.complete(db, Item(b"", id="o2")) is True
     assert foreign.complete("o2") is False
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_our_lease_is_visible_to_the_design(
@@ -152,7 +153,7 @@ def test_foreign_expired_lease_is_recovered_by_our_light_clean(
     assert item is not None
     assert (item.id(), item.data()) == ("dies", b"work")
     assert queue.complete(db, item) is True
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_foreign_half_added_item_is_recovered_by_our_deep_clean(
@@ -222,11 +223,16 @@ def test_a_delayed_item_met_on_the_main_queue_stays_delayed(
     assert any_queue.stats(db).delayed == 1
 
 
+#: A look at the queue by a worker about to block (a lease of 30 s).
+WAITER_LOOK = LeaseRequest(count=1, lease_ms=30_000, block=True)
+
+
 def _register_and_die(queue: WorkQueue, db: redis.Redis, ms: int) -> None:
     """What a worker does before it blocks: the lease script registers it; then it is killed."""
 
     def steps() -> Any:
-        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, ms, "dead-waiter"))
+        look = queue.ops.plan.lease(WAITER_LOOK, "t", 1, register_ms=ms, waiter="dead-waiter")
+        return (yield look)
 
     assert run(db, steps()) == -1  # nothing to lease, nothing delayed
 
@@ -245,6 +251,7 @@ def test_a_worker_killed_while_waiting_leaves_no_keys(
         what="the registration to lapse",
     )
     assert sorted(b(k) for k in db.keys("*")) == [
+        b"shared:jobs:counts",
         b"shared:jobs:item:f",
         b"shared:jobs:item:o",
         b"shared:jobs:queue",
@@ -261,7 +268,7 @@ def test_a_wake_up_marker_taken_by_a_foreign_worker_is_dropped_at_our_next_look(
     assert lrange(db, f"{PREFIX}:processing") == [b""]  # ... leaving it on the processing list
 
     def look_again() -> Any:
-        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, 5000, "dead-waiter", True))
+        return (yield queue.ops.plan.lease(WAITER_LOOK, "t", 1, 5000, "dead-waiter", True))
 
     assert 0 < run(db, look_again()) <= 30_000  # our worker's next look: the item's due time
     assert lrange(db, f"{PREFIX}:processing") == []
@@ -276,7 +283,7 @@ def test_a_foreign_item_with_the_empty_id_keeps_its_processing_entry(
     _register_and_die(queue, db, 5000)
 
     def look_again() -> Any:
-        return (yield queue.ops.plan.lease(30_000, "t", "0", 1, 5000, "dead-waiter", True))
+        return (yield queue.ops.plan.lease(WAITER_LOOK, "t", 1, 5000, "dead-waiter", True))
 
     assert run(db, look_again()) == -1
     assert lrange(db, f"{PREFIX}:processing") == [b""]  # its entry, not a marker: kept

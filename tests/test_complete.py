@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
-import pytest
 import redis
 
-from conftest import Backend
-from helpers import lrange
+from helpers import keys_left, lrange
+from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 QUEUE = KeyPrefix("done")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 def test_complete_leased_item_removes_every_trace(db: redis.Redis, queue: WorkQueue) -> None:
@@ -28,7 +21,7 @@ def test_complete_leased_item_removes_every_trace(db: redis.Redis, queue: WorkQu
     assert not db.exists("done:item:c")
     assert not db.exists("done:lease:c")
     assert lrange(db, "done:processing") == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_complete_returns_true_once(db: redis.Redis, queue: WorkQueue) -> None:
@@ -45,12 +38,12 @@ def test_complete_by_id_only(db: redis.Redis, queue: WorkQueue) -> None:
     queue.add_item(db, Item(b"d", id="by-id"))
     queue.lease(db, 30, block=False)
     assert queue.complete(db, Item(b"", id="by-id")) is True
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_complete_unknown_item(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.complete(db, Item(b"d", id="never-added")) is False
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_complete_queued_item_is_never_leased(db: redis.Redis, queue: WorkQueue) -> None:
@@ -74,7 +67,7 @@ def test_complete_after_lease_expired_and_requeued(db: redis.Redis, queue: WorkQ
     assert queue.light_clean(db).requeued == 1
     assert queue.complete(db, item) is True
     assert queue.lease(db, 30, block=False) is None
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_complete_leaves_other_items_alone(db: redis.Redis, queue: WorkQueue) -> None:
@@ -117,4 +110,27 @@ def test_concurrent_complete_threads(real_backend: Backend, queue: WorkQueue) ->
         thread.join(timeout=30)
     assert not any(t.is_alive() for t in threads)
     assert sorted(wins) == sorted(ids)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
+
+
+def test_complete_deep_in_a_long_processing_list_leaves_the_entry_for_the_clean(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    """An entry found near neither end of the processing list stays there: stats, pending and
+    the counts stay truthful, and the light clean drops it."""
+    queue.add_items(db, [Item(b"", id=f"i{n}") for n in range(300)])
+    held = queue.lease_many(db, 30, 300, block=False)
+    middle = held[150]
+    assert queue.complete(db, middle) is True
+    assert b"i150" in lrange(db, "done:processing")
+    assert queue.stats(db).leased == 299
+    assert queue.stats(db).expired == 0
+    assert "i150" not in {row.id for row in queue.pending(db, 0, 1000)}
+    assert len(queue.pending(db, 0, 1000)) == 299
+    assert queue.complete(db, middle) is False
+    for _ in range(3):  # a pass examines every entry: 299 live leases go back, one drops
+        queue.light_clean(db)
+    assert b"i150" not in lrange(db, "done:processing")
+    assert queue.processing(db) == 299
+    assert queue.complete(db, held[0]) is True and queue.complete(db, held[-1]) is True
+    assert queue.processing(db) == 297

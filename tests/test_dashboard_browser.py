@@ -21,7 +21,7 @@ from dashboard_support import (
     wait_for,
 )
 from redis_work_queue import Item, KeyPrefix, WorkQueue
-from servers import Proc, start_server
+from servers import Proc
 
 pytest.importorskip("starlette", reason="needs the dashboard extra")
 pytest.importorskip("selenium", reason="needs selenium (the test extra)")
@@ -247,19 +247,9 @@ def test_basic_auth_refuses_a_wrong_password(
     assert "basic auth on" in dash.output()
 
 
-@pytest.fixture
-def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    server = start_server(tmp_path_factory.mktemp("dashboard-outage"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_outage_shows_a_banner_and_recovers(
-    restartable: Proc, driver: Any, dashboards: Callable[..., Dashboard]
+    server: Proc, driver: Any, dashboards: Callable[..., Dashboard]
 ) -> None:
-    server = restartable
     db = server.client()
     queue = WorkQueue(KeyPrefix("flaky"))
     queue.add_item(db, Item(b"1"))

@@ -6,33 +6,22 @@ Its behaviour next to live worker processes and other cleaners is in test_proces
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from conftest import Backend
-from helpers import b, dump_state, lrange, wait_for
+from helpers import b, dump_state, keys_left, lrange, wait_for
+from plugins.backends import Backend
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning, scripts
 from redis_work_queue.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("dc")
 
 
-@pytest.fixture
-def sync_queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
-
-
 def test_empty(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.deep_clean(db) == CleanReport(examined=0, requeued=0, dropped=0)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_repairs_item_in_neither_list(db: redis.Redis, queue: WorkQueue) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import dump_state
+from helpers import dump_state, keys_left
 from redis_work_queue import (
     InvalidArgumentError,
     Item,
@@ -22,11 +22,6 @@ from redis_work_queue import (
 )
 
 QUEUE = KeyPrefix("err")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 @pytest.fixture
@@ -90,6 +85,29 @@ def test_bad_timeout(
     assert sent == []
 
 
+@pytest.mark.parametrize("lease_secs", ["5", None, b"1"], ids=repr)
+def test_a_duration_of_the_wrong_type_is_also_a_type_error(
+    db: redis.Redis, queue: WorkQueue, sent: list[tuple[Any, ...]], lease_secs: Any
+) -> None:
+    with pytest.raises(InvalidArgumentError, match="lease_secs must be a number") as raised:
+        queue.lease(db, lease_secs, block=False)
+    assert isinstance(raised.value, TypeError)
+    with pytest.raises(InvalidArgumentError) as out_of_range:
+        queue.lease(db, -1, block=False)
+    assert not isinstance(out_of_range.value, TypeError)  # a bad value is a ValueError only
+    assert sent == []
+
+
+def test_a_reason_that_is_not_a_str_is_a_type_error(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_item(db, Item(b"r", id="r"))
+    item = queue.lease(db, 30, block=False)
+    assert item is not None
+    with pytest.raises(InvalidArgumentError, match="reason must be a str") as raised:
+        queue.release(db, item, reason=7)  # type: ignore[arg-type]
+    assert isinstance(raised.value, TypeError)
+    assert queue.pending(db)[0].id == "r"  # still held: nothing was sent
+
+
 NOT_ITEMS = ["id", b"data", None, 5, {"data": "x", "id": "y"}]
 
 
@@ -102,10 +120,11 @@ def test_non_item_refused(
     method: str,
     not_item: Any,
 ) -> None:
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError) as raised:
         getattr(queue, method)(db, not_item)
+    assert isinstance(raised.value, TypeError)  # a wrong Python type is also a TypeError
     assert sent == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 @pytest.mark.parametrize("method", ["add_unique_item_to_pipeline", "add_item_to_pipeline"])
@@ -115,7 +134,7 @@ def test_non_item_refused_on_pipeline(db: redis.Redis, queue: WorkQueue, method:
         getattr(queue, method)(pipe, "not an item")
     assert len(pipe) == 0
     assert pipe.execute() == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_empty_id_and_wrong_data_type() -> None:

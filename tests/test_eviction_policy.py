@@ -11,13 +11,11 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
 
 import pytest
 import redis
 import redis.asyncio
 
-from conftest import RedisServer
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.server import (
     acheck_eviction,
@@ -26,6 +24,7 @@ from redis_work_queue.server import (
     eviction_policy,
     may_evict,
 )
+from servers import Proc
 
 pytestmark = pytest.mark.real_redis
 
@@ -41,11 +40,6 @@ POLICIES = [
 ]
 
 
-@pytest.fixture
-def server(redis_server_factory: Callable[[], RedisServer]) -> RedisServer:
-    return redis_server_factory()
-
-
 def warnings_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
@@ -54,7 +48,7 @@ def warnings_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-def test_each_policy_sync(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_each_policy_sync(server: Proc, caplog: pytest.LogCaptureFixture) -> None:
     admin = server.client()
     for policy in POLICIES:
         admin.config_set("maxmemory-policy", policy)
@@ -75,7 +69,7 @@ def test_each_policy_sync(server: RedisServer, caplog: pytest.LogCaptureFixture)
         assert warnings_logged(caplog) == [first]  # once per client, however often it is asked
 
 
-def test_each_policy_asyncio(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_each_policy_asyncio(server: Proc, caplog: pytest.LogCaptureFixture) -> None:
     admin = server.client()
 
     async def scenario(policy: str) -> None:
@@ -98,7 +92,7 @@ def test_each_policy_asyncio(server: RedisServer, caplog: pytest.LogCaptureFixtu
 
 
 def test_policy_read_from_info_when_config_is_refused(
-    server: RedisServer, caplog: pytest.LogCaptureFixture
+    server: Proc, caplog: pytest.LogCaptureFixture
 ) -> None:
     admin = server.client()
     admin.config_set("maxmemory-policy", "volatile-lru")
@@ -143,7 +137,7 @@ def rwq(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_rwq_info_reports_the_policy(server: RedisServer) -> None:
+def test_rwq_info_reports_the_policy(server: Proc) -> None:
     admin = server.client()
     WorkQueue(KeyPrefix("jobs")).add_item(admin, Item(b"", id="a"))
     done = rwq(server.url, "info", "jobs")
@@ -171,7 +165,7 @@ def test_rwq_info_reports_the_policy(server: RedisServer) -> None:
 
 @pytest.mark.parametrize("kind", ["threads", "asyncio"])
 def test_a_worker_warns_at_start_on_an_evicting_server(
-    server: RedisServer, caplog: pytest.LogCaptureFixture, kind: str
+    server: Proc, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
     """The worker runtime checks the policy when it starts: one warning naming it."""
     from redis_work_queue import AsyncWorker, AsyncWorkQueue, Worker  # noqa: PLC0415

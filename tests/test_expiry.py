@@ -5,24 +5,18 @@ it leaves behind are dropped when met."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from helpers import get, lrange, raw
+from helpers import get, keys_left, lrange, raw
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 from redis_work_queue.ops import LEASE_BUDGET
 
 QUEUE = KeyPrefix("ttl")
 TTL = 0.1
 PAST_TTL = TTL + 0.04
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 def test_item_expires_and_its_id_is_dropped_when_met(
@@ -37,7 +31,7 @@ def test_item_expires_and_its_id_is_dropped_when_met(
     assert queue.queue_len(db) == 1  # the id is left behind ...
     assert queue.lease(db, 30, block=False) is None
     assert queue.queue_len(db) == 0  # ... and dropped by the first lease that meets it
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
     # the id is free again
     assert queue.add_item(db, Item(b"new", id="t"))
 
@@ -81,7 +75,7 @@ def test_expired_while_leased_then_released(bytes_db: redis.Redis, queue: WorkQu
     assert queue.release(db, item, reason="too late") is False
     assert queue.lease(db, 30, block=False) is None
     assert queue.stats(db) == queue.stats(db).__class__(0, 0, 0, 0, 0)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_expired_while_leased_then_released_with_a_delay(
@@ -95,7 +89,7 @@ def test_expired_while_leased_then_released_with_a_delay(
     assert queue.release(db, item, delay=0.05) is False
     time.sleep(0.06)
     assert queue.lease(db, 30, block=False) is None
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_released_before_expiry_then_expired_in_the_queue(
@@ -111,7 +105,7 @@ def test_released_before_expiry_then_expired_in_the_queue(
     time.sleep(0.35)
     assert queue.lease(db, 30, block=False) is None
     # its delivery count and reason go with it
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_released_with_delay_before_expiry_then_expired(
@@ -141,7 +135,7 @@ def test_expired_while_its_lease_also_expired(bytes_db: redis.Redis, queue: Work
     assert queue.lease(db, 30, block=False) is None
     assert queue.complete(db, item) is False
     assert queue.complete_many(db, [item]) == []
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_complete_after_expiry_reports_nothing_completed(
@@ -154,7 +148,7 @@ def test_complete_after_expiry_reports_nothing_completed(
     assert len(held) == 3
     time.sleep(PAST_TTL)
     assert [i.id() for i in queue.complete_many(db, held)] == ["c"]
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_many_expired_ids_before_a_live_one(bytes_db: redis.Redis, queue: WorkQueue) -> None:
@@ -178,7 +172,7 @@ def test_blocking_lease_skips_expired_ids(bytes_db: redis.Redis, queue: WorkQueu
     assert time.monotonic() - started >= 0.15
     assert queue.queue_len(db) == 0
     assert queue.processing(db) == 0
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_expired_items_are_not_recovered_by_cleaners(
@@ -203,7 +197,7 @@ def test_bad_ttls_are_refused(bytes_db: redis.Redis, queue: WorkQueue, bad: Any)
         queue.add_item(db, Item(b"", id="a"), ttl=bad)
     with pytest.raises(InvalidArgumentError):
         queue.add_unique_item(db, Item(b"", id="a"), ttl=bad)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_ttl_has_millisecond_precision(bytes_db: redis.Redis, queue: WorkQueue) -> None:

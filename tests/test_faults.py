@@ -27,35 +27,28 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 import faults_handlers
-from faults import (  # noqa: F401 (fixtures)
+from faults import (
     OomServer,
-    Proxy,
-    RestartableServer,
     WorkerCommand,
     add_numbered,
-    aof_server_fixture,
     at_rest,
     handled,
     judge,
-    oom_server_fixture,
-    proxy_factory_fixture,
     read_events,
-    results_server_fixture,
     worker_command,
 )
 from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
 from redis_work_queue.aioworker import AsyncWorker
 from redis_work_queue.worker import Worker
-from servers import (  # noqa: F401 (fixtures)
+from servers import (
     MASTER_NAME,
     Cluster,
     Proc,
+    Proxy,
     SentinelSetup,
-    cluster_fixture,
     free_port,
     info,
     poll,
-    sentinel_setup_fixture,
     wait_in_sync,
 )
 
@@ -257,7 +250,7 @@ def test_proxy_cuts_at_random_a_bounded_number_of_times(
     client.close()
 
 
-def test_restartable_server_keeps_acknowledged_writes(aof_server: RestartableServer) -> None:
+def test_restartable_server_keeps_acknowledged_writes(aof_server: Proc) -> None:
     db = aof_server.client(socket_timeout=2)
     db.rpush("list", *range(100))
     port = aof_server.port
@@ -308,7 +301,7 @@ def test_judge_finds_loss_and_leases_after_completion() -> None:
 
 @pytest.mark.parametrize("mode", ["threads", "processes"])
 def test_rwq_worker_outlives_a_restart(
-    mode: str, aof_server: RestartableServer, results: redis.Redis, tmp_path: Path
+    mode: str, aof_server: Proc, results: redis.Redis, tmp_path: Path
 ) -> None:
     db = aof_server.client(socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("restart"))
@@ -344,9 +337,7 @@ def test_rwq_worker_outlives_a_restart(
     assert all(len(lines) == 1 for lines in said.values()), said
 
 
-def test_async_worker_outlives_a_restart(
-    aof_server: RestartableServer, results: redis.Redis
-) -> None:
+def test_async_worker_outlives_a_restart(aof_server: Proc, results: redis.Redis) -> None:
     db = aof_server.client(socket_timeout=5, socket_connect_timeout=1)
     queue = WorkQueue(KeyPrefix("restart-asyncio"))
     acked = add_numbered(db, queue, "before", 150)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import Backend
-from helpers import raw
+from helpers import dump_state, raw
+from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.cli import main as rwq_main
-from redis_work_queue.ops import FlushReport
+from redis_work_queue.results import FlushReport
 
 NAMES = ["a*", "ab", "a?", "a[b]", "a", "a*b", "a\\", "a*:x"]
 UNRELATED = {
@@ -31,30 +31,6 @@ UNRELATED = {
     "b:item:1": "b",
     "zzz": "z",
 }
-
-
-def full_state(db: redis.Redis) -> dict[bytes, tuple[str, Any, bool]]:
-    """Every key with its type, value and whether it has a time to live."""
-    state: dict[bytes, tuple[str, Any, bool]] = {}
-    for key in raw(db, "KEYS", "*"):
-        kind = raw(db, "TYPE", key)
-        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-        if kind == "string":
-            value: Any = raw(db, "GET", key)
-        elif kind == "list":
-            value = list(raw(db, "LRANGE", key, 0, -1))
-        elif kind == "hash":
-            flat = raw(db, "HGETALL", key)
-            pairs = (
-                flat.items() if isinstance(flat, dict) else zip(flat[0::2], flat[1::2], strict=True)
-            )
-            value = sorted(pairs)
-        elif kind == "zset":
-            value = [bytes(m) for m in raw(db, "ZRANGE", key, 0, -1)]
-        else:
-            value = kind
-        state[bytes(key)] = (kind, value, int(raw(db, "PTTL", key)) > 0)
-    return state
 
 
 def populate(db: redis.Redis, name: str) -> None:
@@ -119,10 +95,10 @@ def test_flush_removes_exactly_one_queue(db: redis.Redis, monkeypatch: pytest.Mo
     for name in NAMES:
         if name != "a*":
             populate(db, name)
-    before = full_state(db)
+    before = dump_state(db)
     target = WorkQueue(KeyPrefix("a*"))
     populate(db, "a*")
-    with_target = full_state(db)
+    with_target = dump_state(db)
     added = set(with_target) - set(before)
     assert {k: with_target[k] for k in before} == before  # populating a* touched nothing else
     items = {k for k in added if k.startswith(b"a*:item:")}
@@ -146,7 +122,7 @@ def test_flush_removes_exactly_one_queue(db: redis.Redis, monkeypatch: pytest.Mo
     }
     monkeypatch.undo()
 
-    assert full_state(db) == before
+    assert dump_state(db) == before
     assert report == FlushReport(keys=len(added), items=len(items))
     # flushing again finds nothing; the queue works from scratch
     assert target.flush(db) == FlushReport(0, 0)
@@ -162,13 +138,13 @@ def test_flush_of_each_name_spares_the_others(bytes_db: redis.Redis, name: str) 
     for other in NAMES:
         if other != name:
             populate(db, other)
-    before = full_state(db)
+    before = dump_state(db)
     populate(db, name)
     queue = WorkQueue(KeyPrefix(name))
     report = queue.flush(db)
-    assert full_state(db) == before
+    assert dump_state(db) == before
     assert report.items > 0
-    assert key_names(queue, full_state(db)) <= key_names(queue, before)
+    assert key_names(queue, dump_state(db)) <= key_names(queue, before)
 
 
 def test_flush_of_a_large_queue(bytes_db: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,14 +155,14 @@ def test_flush_of_a_large_queue(bytes_db: redis.Redis, monkeypatch: pytest.Monke
     while len(leased) < 1200:
         leased += big.lease_many(db, 60, 100, block=False)
     small.add_items(db, [Item(b"", id=f"i{n}") for n in range(100)])
-    before = {k: v for k, v in full_state(db).items() if not k.startswith(b"a*:")}
+    before = {k: v for k, v in dump_state(db).items() if not k.startswith(b"a*:")}
     log = CommandLog(db, monkeypatch)
     report = big.flush(db)
     assert "KEYS" not in log.names()
     monkeypatch.undo()
-    # 2500 data keys, 1200 leases, queue, processing and deliveries
-    assert report == FlushReport(keys=2500 + 1200 + 3, items=2500)
-    assert full_state(db) == before
+    # 2500 data keys, 1200 leases, queue, processing, deliveries and counts
+    assert report == FlushReport(keys=2500 + 1200 + 4, items=2500)
+    assert dump_state(db) == before
     assert small.queue_len(db) == 100
 
 
@@ -224,7 +200,7 @@ def two_queues(real_backend: Backend) -> dict[bytes, Any]:
     populate(db, "a*")
     populate(db, "ab")
     db.set("a*:other", "x")
-    return full_state(db)
+    return dump_state(db)
 
 
 def test_rwq_flush_without_a_terminal_or_yes_does_nothing(
@@ -236,7 +212,7 @@ def test_rwq_flush_without_a_terminal_or_yes_does_nothing(
     assert "--yes" in done.stderr
     done = _rwq(real_backend.url, "flush", "a*", stdin="y\n")  # a pipe is no terminal
     assert done.returncode != 0
-    assert full_state(db) == two_queues
+    assert dump_state(db) == two_queues
 
 
 @pytest.mark.parametrize("answer", ["n\n", "\n", "no\n", "whatever\n", ""])
@@ -253,7 +229,7 @@ def test_rwq_flush_asks_and_a_no_does_nothing(
     code = rwq_main(["--url", real_backend.url, "flush", "a*"])
     assert code != 0
     assert "a*" in capsys.readouterr().out  # the question names the queue
-    assert full_state(db) == two_queues
+    assert dump_state(db) == two_queues
 
 
 def test_rwq_flush_asks_and_a_yes_flushes(
@@ -267,7 +243,7 @@ def test_rwq_flush_asks_and_a_yes_flushes(
     assert rwq_main(["--url", real_backend.url, "flush", "a*"]) == 0
     capsys.readouterr()
     expected = {k: v for k, v in two_queues.items() if not k.startswith(b"a*:") or k == b"a*:other"}
-    assert full_state(db) == expected
+    assert dump_state(db) == expected
 
 
 def test_rwq_flush_yes(real_backend: Backend, two_queues: dict[bytes, Any]) -> None:
@@ -277,4 +253,4 @@ def test_rwq_flush_yes(real_backend: Backend, two_queues: dict[bytes, Any]) -> N
     assert done.returncode == 0, done.stderr
     assert f"({items} items)" in done.stdout
     expected = {k: v for k, v in two_queues.items() if not k.startswith(b"a*:") or k == b"a*:other"}
-    assert full_state(db) == expected
+    assert dump_state(db) == expected

@@ -11,24 +11,18 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pytest
 import redis
 
-from conftest import Backend
 from helpers import raw, wait_for
+from plugins.backends import Backend
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
-from redis_work_queue.ops import PendingItem, QueuedItem, QueueStats
+from redis_work_queue.results import PendingItem, QueuedItem, QueueStats
 
 QUEUE = KeyPrefix("insp")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
 
 
 def _add(db: redis.Redis, queue: WorkQueue, n: int) -> list[str]:

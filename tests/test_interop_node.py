@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import RedisServer
+import servers
 from helpers import lrange, wait_for
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
 
@@ -187,7 +187,7 @@ class NodeClient:
 
 
 @pytest.fixture
-def server(module_redis: RedisServer) -> RedisServer:
+def server(module_redis: servers.Proc) -> servers.Proc:
     admin = module_redis.client()
     admin.flushall()
     admin.script_flush()
@@ -195,7 +195,7 @@ def server(module_redis: RedisServer) -> RedisServer:
 
 
 @pytest.fixture
-def db(server: RedisServer) -> redis.Redis:
+def db(server: servers.Proc) -> redis.Redis:
     return server.client()
 
 
@@ -210,7 +210,7 @@ def ours(prefix: str) -> WorkQueue:
 
 
 @pytest.fixture
-def node(reference_node: Path, server: RedisServer, prefix: str) -> Iterator[NodeClient]:
+def node(reference_node: Path, server: servers.Proc, prefix: str) -> Iterator[NodeClient]:
     client = NodeClient(reference_node, server.url, prefix)
     try:
         yield client
@@ -220,7 +220,7 @@ def node(reference_node: Path, server: RedisServer, prefix: str) -> Iterator[Nod
 
 
 @pytest.fixture
-def py_workers(server: RedisServer, prefix: str) -> Iterator[Callable[..., Proc]]:
+def py_workers(server: servers.Proc, prefix: str) -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
 
@@ -238,7 +238,9 @@ def py_workers(server: RedisServer, prefix: str) -> Iterator[Callable[..., Proc]
 
 
 def queue_keys(db: redis.Redis, prefix: str) -> set[str]:
-    return {k.decode() for k in db.scan_iter(match=prefix.replace("*", r"\*") + "*", count=1000)}
+    """The queue's keys but its counters (``<prefix>:counts``), which outlive its items."""
+    found = {k.decode() for k in db.scan_iter(match=prefix.replace("*", r"\*") + "*", count=1000)}
+    return {key for key in found if key != f"{prefix}:counts"}
 
 
 def blocked_clients(db: redis.Redis, name: str, command: str) -> int:
@@ -477,7 +479,7 @@ STOLEN_WAKE_BOUND = 1.5
 
 
 def test_a_stolen_wake_up_costs_at_most_one_slice_and_leaves_no_marker(
-    db: redis.Redis, node: NodeClient, ours: WorkQueue, prefix: str, server: RedisServer
+    db: redis.Redis, node: NodeClient, ours: WorkQueue, prefix: str, server: servers.Proc
 ) -> None:
     blocked = node.spawn("blocked-lease", lease_secs=30, timeout=0)
     blocked.expect(lambda line: line == "blocking")
@@ -507,7 +509,7 @@ def test_a_stolen_wake_up_costs_at_most_one_slice_and_leaves_no_marker(
 
 
 def test_without_a_foreign_worker_a_delayed_item_comes_within_a_few_ms(
-    db: redis.Redis, ours: WorkQueue, prefix: str, server: RedisServer
+    db: redis.Redis, ours: WorkQueue, prefix: str, server: servers.Proc
 ) -> None:
     got: list[float] = []
 

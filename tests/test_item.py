@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from helpers import b, get, lrange, wait_for
+from helpers import b, get, keys_left, lrange, wait_for
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 
@@ -181,4 +181,4 @@ def test_special_ids_full_lifecycle(db: redis.Redis) -> None:
     assert done == set(SPECIAL_IDS)
     assert queue.queue_len(db) == 0
     assert queue.processing(db) == 0
-    assert db.dbsize() == 0
+    assert keys_left(db) == []

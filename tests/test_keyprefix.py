@@ -44,8 +44,20 @@ def test_non_str_prefix_rejected(bad: object) -> None:
 
 
 def test_queue_needs_a_keyprefix() -> None:
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError) as raised:
         WorkQueue("plain-string")  # type: ignore[arg-type]
+    assert isinstance(raised.value, TypeError)
+
+
+def test_of_and_concat_refuse_what_is_not_a_str_or_prefix() -> None:
+    with pytest.raises(InvalidArgumentError, match="not bytes") as raised:
+        KeyPrefix("a:").of(b"b")  # type: ignore[arg-type]
+    assert isinstance(raised.value, TypeError)
+    with pytest.raises(InvalidArgumentError, match="KeyPrefix first, not str") as raised:
+        KeyPrefix.concat("a:", "b")  # type: ignore[arg-type]
+    assert isinstance(raised.value, TypeError)
+    with pytest.raises(InvalidArgumentError, match="not int"):
+        KeyPrefix.concat(KeyPrefix("a:"), 7)  # type: ignore[arg-type]
 
 
 def test_key_layout() -> None:
@@ -96,7 +108,7 @@ def test_every_key_shares_the_hash_slot(db: redis.Redis, prefix: str) -> None:
 NAMES_SCRIPT = """--#include queue.lua
 local q = queue_at(1)
 return {q.queue, q.processing, q.item .. 'x', q.lease .. 'x', q.deliveries, q.reasons,
-  q.delayed, q.dead, q.dead_item .. 'x', q.waiting, q.wake, q.workers, q.worker .. 'x'}
+  q.delayed, q.dead, q.dead_item .. 'x', q.waiting, q.wake, q.workers, q.worker .. 'x', q.counts}
 """
 
 
@@ -104,10 +116,9 @@ return {q.queue, q.processing, q.item .. 'x', q.lease .. 'x', q.deliveries, q.re
 def test_lua_names_the_keys_as_queue_keys_does(bytes_db: redis.Redis, prefix: str) -> None:
     """The scripts name a queue's keys from its prefix (lua/include/queue.lua); keyprefix.py
     names them for Python. Both must agree."""
-    from redis_work_queue import scripts  # noqa: PLC0415
+    from redis_work_queue import loader, scripts  # noqa: PLC0415
 
-    lua = scripts._lua_dir()
-    script = scripts.Script("names", scripts._expand(NAMES_SCRIPT, lua / "include"))
+    script = scripts.Script("names", loader.assemble_text(NAMES_SCRIPT, "names").text)
     keys = QueueKeys(KeyPrefix(prefix))
     reply = script(bytes_db, keys.script_keys, keys.script_args)
     expected = [
@@ -124,5 +135,6 @@ def test_lua_names_the_keys_as_queue_keys_does(bytes_db: redis.Redis, prefix: st
         keys.wake,
         keys.workers,
         keys.worker("x"),
+        keys.counts,
     ]
     assert [bytes(r).decode() for r in reply] == expected

@@ -5,34 +5,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from conftest import Backend
-from helpers import dump_state, get, lrange, wait_for
+from helpers import dump_state, get, keys_left, lrange, wait_for
+from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue, protocol
 from redis_work_queue.ops import LEASE_BUDGET
 
 QUEUE = KeyPrefix("lease")
 
 
-@pytest.fixture
-def sync_queue() -> WorkQueue:
-    return WorkQueue(QUEUE)
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
-
-
 def test_non_blocking_lease_on_empty_queue(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.lease(db, 10, block=False) is None
     assert queue.lease(db, 10, block=False, timeout=5) is None
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_lease_with_timeout_returns_none_after_about_the_timeout(
@@ -42,7 +31,7 @@ def test_lease_with_timeout_returns_none_after_about_the_timeout(
     assert queue.lease(db, 10, timeout=0.3) is None
     elapsed = time.monotonic() - started
     assert 0.25 <= elapsed < 2.0
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_lease_moves_to_processing_and_sets_token(db: redis.Redis, queue: WorkQueue) -> None:
@@ -121,7 +110,7 @@ def test_only_stale_ids_gives_none(db: redis.Redis, queue: WorkQueue) -> None:
     db.rpush("lease:queue", *[f"gone-{i}" for i in range(LEASE_BUDGET + 3)])
     assert queue.lease(db, 30, block=False) is None
     assert queue.lease(db, 30, timeout=0.05) is None
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_stray_copy_of_a_leased_item_is_dropped(db: redis.Redis, queue: WorkQueue) -> None:
@@ -218,7 +207,7 @@ def test_worker_dying_between_move_and_claim(db: redis.Redis, queue: WorkQueue) 
     assert item is not None
     assert item.id() == "orphan"
     assert queue.complete(db, item) is True
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def _intercept_move(
@@ -270,7 +259,7 @@ def test_claim_fails_cleanly_when_a_cleaner_requeued_first(
     assert lrange(db, "lease:processing") == [b"raced"]
     assert queue.queue_len(db) == 0
     assert queue.complete(db, item) is True
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_claim_does_not_unlist_an_item_another_worker_leased(

@@ -23,13 +23,9 @@ from lifecycle_helpers import (
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 P = "tok"
+QUEUE = KeyPrefix(P)
 SHORT = 0.05  # a lease that the tests let expire
 EXPIRED = 0.12  # long enough for a SHORT lease to be gone
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(KeyPrefix(P))
 
 
 def lease_now(db: redis.Redis, queue: WorkQueue, lease_secs: float = 30) -> Item:

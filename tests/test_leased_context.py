@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -17,11 +16,7 @@ from lifecycle_helpers import (
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 P = "ctx"
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(KeyPrefix(P))
+QUEUE = KeyPrefix(P)
 
 
 class Boom(Exception):

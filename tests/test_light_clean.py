@@ -8,23 +8,18 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import RedisServer
-from helpers import b, lrange, wait_for
+from helpers import b, keys_left, lrange, wait_for
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning
 from redis_work_queue.cleaning import CLEAN_FIRST
 from redis_work_queue.ops import QueueOps
+from servers import Proc
 
 QUEUE = KeyPrefix("lc")
 
 
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(QUEUE)
-
-
 def test_empty(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.light_clean(db) == CleanReport(examined=0, requeued=0, dropped=0)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_expired_lease_is_requeued_and_leased_again(db: redis.Redis, queue: WorkQueue) -> None:
@@ -137,7 +132,7 @@ def _setup_processing(db: redis.Redis, total: int) -> None:
 
 @pytest.mark.slow
 def test_light_clean_of_100k_is_split_into_bounded_calls(
-    redis_server_factory: Callable[[], RedisServer],
+    redis_server_factory: Callable[[], Proc],
     queue: WorkQueue,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

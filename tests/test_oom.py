@@ -15,12 +15,13 @@ import pytest
 import redis
 from redis.exceptions import OutOfMemoryError
 
-from conftest import RedisServer
 from redis_work_queue import Item, WorkQueue
+from servers import Proc
 from test_write_checks import LEASE_SECS, PREFIX, dump, setup_queue
 
 pytestmark = pytest.mark.real_redis  # a server of the module's own
 
+QUEUE = PREFIX
 Op = Callable[[WorkQueue, redis.Redis, Item], Any]
 
 #: Writes that must be refused: their first write needs memory.
@@ -49,22 +50,11 @@ OTHERS: list[tuple[str, Op]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def oom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A server of this module's own, whose memory limit the tests lower and raise."""
-    from conftest import start_redis_server  # noqa: PLC0415 (the suite's launcher)
-
-    server = start_redis_server(tmp_path_factory.mktemp("redis-oom"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
-def full_db(oom_server: RedisServer) -> Iterator[redis.Redis]:
-    """An emptied client of the OOM server; ``limit`` below makes it run out of memory."""
-    db = oom_server.client(socket_timeout=10)
+def full_db(module_redis: Proc) -> Iterator[redis.Redis]:
+    """An emptied client of this module's own server (whose memory limit the tests lower and
+    raise); ``limit`` below makes it run out of memory."""
+    db = module_redis.client(socket_timeout=10)
     db.config_set("maxmemory", 0)
     db.config_set("maxmemory-policy", "noeviction")
     db.flushdb()
@@ -79,11 +69,6 @@ def limit(db: redis.Redis) -> None:
     db.config_set("maxmemory", 1)
     with pytest.raises(OutOfMemoryError):
         db.set("probe", b"x")
-
-
-@pytest.fixture
-def queue(queue_kind: Callable[..., WorkQueue]) -> WorkQueue:
-    return queue_kind(PREFIX)
 
 
 @pytest.mark.parametrize(("name", "operation"), REFUSED, ids=[name for name, _ in REFUSED])

@@ -1,10 +1,10 @@
-"""The least-privilege ACL of the README is enough for the whole public API, and no more.
+"""The least-privilege ACL of the docs is enough for the whole public API, and no more.
 
-The README's ``ACL SETUSER`` line (section "Permissions") is read from the README itself, a user
-is made with it on a server of the test's own, restricted to one prefix's keys, and every public
-operation (sync and asyncio, the worker runners, cleans, flush, dead letters, stats) runs as that
-user. The line must also name every command the scripts send, so a command added to a script
-without adding it to the line fails here.
+The ``ACL SETUSER`` line of ``docs/operations.md`` (section "Permissions") is read from that
+page, a user is made with it on a server of the test's own, restricted to one prefix's keys, and
+every public operation (sync and asyncio, the worker runners, cleans, flush, dead letters,
+stats) runs as that user. The line must also name every command the scripts send, so a command
+added to a script without adding it to the line fails here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import NoPermissionError
 
-from conftest import RedisServer
 from lifecycle_handlers import calls, handle, job
 from redis_work_queue import (
     AsyncWorker,
@@ -38,6 +37,7 @@ from redis_work_queue import (
     lease_from,
 )
 from redis_work_queue.scripts import preload
+from servers import Proc
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "rwq-test", "rwq-test-secret"
@@ -47,8 +47,8 @@ WAIT_SECS = 20
 
 
 def readme_acl_line() -> str:
-    """The ``ACL SETUSER`` line of the README's Permissions section."""
-    text = (ROOT / "README.md").read_text("utf-8")
+    """The ``ACL SETUSER`` line of the Permissions section of ``docs/operations.md``."""
+    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
     section = text.split("\n## Permissions\n", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("ACL SETUSER ")]
     assert len(lines) == 1, "the Permissions section holds one ACL SETUSER line"
@@ -56,7 +56,7 @@ def readme_acl_line() -> str:
 
 
 def acl_args(pattern: str) -> list[str]:
-    """The README's line for this test's user, restricted to ``pattern``."""
+    """The docs' line for this test's user, restricted to ``pattern``."""
     args = shlex.split(readme_acl_line())
     assert args[:3] == ["ACL", "SETUSER", "worker"]
     assert ">secret" in args and "~jobs:*" in args
@@ -96,21 +96,14 @@ def test_the_line_names_every_command_of_the_scripts() -> None:
 
 
 @pytest.fixture(scope="module")
-def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A server of this module's own, with the README's user on ``~acl:*``."""
-    from conftest import start_redis_server  # noqa: PLC0415 (the suite's launcher)
-
-    server = start_redis_server(tmp_path_factory.mktemp("redis-acl"))
-    try:
-        admin = server.client()
-        admin.execute_command(*acl_args("~acl:*"))
-        yield server
-    finally:
-        server.stop()
+def acl_server(module_redis: Proc) -> Proc:
+    """This module's own server, with the docs' user on ``~acl:*``."""
+    module_redis.client().execute_command(*acl_args("~acl:*"))
+    return module_redis
 
 
 @pytest.fixture
-def admin(acl_server: RedisServer) -> redis.Redis:
+def admin(acl_server: Proc) -> redis.Redis:
     db = acl_server.client()
     db.flushdb()
     db.script_flush()
@@ -123,12 +116,12 @@ def protocol(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def user_db(acl_server: RedisServer, admin: redis.Redis, protocol: int) -> redis.Redis:
+def user_db(acl_server: Proc, admin: redis.Redis, protocol: int) -> redis.Redis:
     """A client that logs in as the restricted user."""
     return acl_server.client(username=USER, password=PASSWORD, protocol=protocol, socket_timeout=10)
 
 
-def user_url(server: RedisServer) -> str:
+def user_url(server: Proc) -> str:
     return f"redis://{USER}:{PASSWORD}@{server.host}:{server.port}/0"
 
 
@@ -152,7 +145,7 @@ def test_the_user_is_restricted(user_db: redis.Redis) -> None:
 
 @pytest.mark.real_redis
 def test_the_whole_sync_api_runs_as_the_user(
-    user_db: redis.Redis, admin: redis.Redis, acl_server: RedisServer
+    user_db: redis.Redis, admin: redis.Redis, acl_server: Proc
 ) -> None:
     db = user_db
     a, b = (WorkQueue(KeyPrefix(p), max_deliveries=2) for p in PREFIXES)
@@ -242,9 +235,7 @@ def test_the_whole_sync_api_runs_as_the_user(
 
 @pytest.mark.real_redis
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
-def test_the_worker_runs_as_the_user(
-    admin: redis.Redis, acl_server: RedisServer, processes: bool
-) -> None:
+def test_the_worker_runs_as_the_user(admin: redis.Redis, acl_server: Proc, processes: bool) -> None:
     """The runner leases, completes, and releases a failure for a retry, as the user."""
     queue = WorkQueue(KeyPrefix(PREFIXES[0]))
     # The handler records its calls through the admin's URL, outside the user's keys.
@@ -273,7 +264,7 @@ def test_the_worker_runs_as_the_user(
 
 @pytest.mark.real_redis
 def test_the_whole_asyncio_api_runs_as_the_user(
-    admin: redis.Redis, acl_server: RedisServer, protocol: int
+    admin: redis.Redis, acl_server: Proc, protocol: int
 ) -> None:
     async def main() -> None:
         db = aredis.Redis(
@@ -289,7 +280,7 @@ def test_the_whole_asyncio_api_runs_as_the_user(
     asyncio.run(main())
 
 
-async def exercise_async(db: aredis.Redis, admin: redis.Redis, server: RedisServer) -> None:
+async def exercise_async(db: aredis.Redis, admin: redis.Redis, server: Proc) -> None:
     a, b = (AsyncWorkQueue(KeyPrefix(p), max_deliveries=2) for p in PREFIXES)
     assert await a.add_item(db, Item(b"1", id="i1"))
     await a.add_unique_item(db, Item(b"2", id="i2"))

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 import scheduling_workers
-from conftest import Backend
-from helpers import raw, wait_for
+from helpers import keys_left, wait_for
+from plugins.backends import Backend
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, protocol
 from redis_work_queue.protocol import Sleep
 from redis_work_queue.workqueue import lease_from
@@ -142,7 +142,7 @@ def test_bad_arguments(db: redis.Redis, hi: WorkQueue) -> None:
         lease_from(db, [hi], 0)
     with pytest.raises(InvalidArgumentError):
         lease_from(db, [hi, hi], 30, timeout=-1)
-    assert db.dbsize() == 0
+    assert keys_left(db) == []
 
 
 def test_blocked_multi_queue_lease_wakes_for_either_queue(
@@ -337,7 +337,7 @@ def test_worker_killed_while_blocked_on_several_queues_loses_nothing(
     assert time.time() - killed_at < 4
     hi.light_clean(admin)
     lo.light_clean(admin)
-    leftovers = [k for k in raw(admin, "KEYS", "*") if k.startswith((b"hi:", b"lo:"))]
+    leftovers = [k for k in keys_left(admin) if k.startswith((b"hi:", b"lo:"))]
     assert leftovers == []
 
     # and a new worker blocked on both queues is woken as usual

@@ -21,8 +21,8 @@ import pytest
 import redis
 
 import workers
-from conftest import Backend
-from helpers import lrange, wait_for
+from helpers import lrange, traces, wait_for
+from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 CTX = multiprocessing.get_context("spawn")
@@ -108,7 +108,7 @@ def test_racing_processes_complete_each_item_once(real_backend: Backend) -> None
     # The ids still queued belong to completed items: they are dropped, never leased.
     assert queue.queue_len(db) == 25
     assert queue.lease(db, 60, block=False) is None
-    assert db.keys("race:*") == []
+    assert traces(db, "race:*") == []
 
 
 def test_worker_processes_drain_a_queue(real_backend: Backend) -> None:
@@ -147,7 +147,7 @@ def test_worker_processes_drain_a_queue(real_backend: Backend) -> None:
     assert len({lease["pid"] for lease in leases}) >= 2, "only one worker did any work"
     assert queue.queue_len(db) == 0
     assert queue.processing(db) == 0
-    assert db.keys("drain:*") == []
+    assert traces(db, "drain:*") == []
 
 
 def test_sigkilled_worker_item_is_recovered(real_backend: Backend) -> None:
@@ -184,7 +184,7 @@ def test_sigkilled_worker_item_is_recovered(real_backend: Backend) -> None:
     assert done["data"] == "precious"
     assert done["completed"] is True
     assert done["pid"] != doomed.pid
-    assert db.keys("kill:*") == []
+    assert traces(db, "kill:*") == []
 
 
 def test_deep_clean_next_to_workers_and_other_cleaners(real_backend: Backend) -> None:
@@ -260,4 +260,4 @@ def test_deep_clean_next_to_workers_and_other_cleaners(real_backend: Backend) ->
     assert deep_total == lost  # each lost item requeued once, by exactly one deep clean
     assert queue.queue_len(db) == 0
     assert queue.processing(db) == 0
-    assert db.keys(f"{prefix}:*") == []
+    assert traces(db, f"{prefix}:*") == []

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import raw
+from helpers import dump_state, raw
 from redis_work_queue import AsyncWorkQueue, InvalidArgumentError, Item, KeyPrefix, WorkQueue
 from redis_work_queue.keyprefix import PER_KEY_NAMES, RESERVED_NAMES, QueueKeys
-from test_flush import full_state, populate
+from test_flush import populate
 
 REFUSED = [
     "x:item",
@@ -92,9 +92,9 @@ def own_keys(db: redis.Redis, group: list[str], name: str) -> tuple[dict[bytes, 
     for other in group:
         if other != name:
             fill(db, other)
-    before = full_state(db)
+    before = dump_state(db)
     fill(db, name)
-    added = set(full_state(db)) - set(before)
+    added = set(dump_state(db)) - set(before)
     assert added
     return before, added
 
@@ -105,7 +105,7 @@ def test_flush_of_one_queue_spares_the_others(
 ) -> None:
     before, added = own_keys(bytes_db, group, name)
     report = WorkQueue(KeyPrefix(name)).flush(bytes_db)
-    assert full_state(bytes_db) == before
+    assert dump_state(bytes_db) == before
     assert report.keys == len(added)
 
 
@@ -118,8 +118,8 @@ def test_deep_clean_of_one_queue_spares_the_others(
     # An item lost from both lists, for the deep clean to find.
     queue.add_item(bytes_db, Item(b"lost", id="lost"))
     raw(bytes_db, "LREM", queue.keys.queue, 0, "lost")
-    added = set(full_state(bytes_db)) - set(before)
+    added = set(dump_state(bytes_db)) - set(before)
     report = queue.deep_clean(bytes_db)
     assert report.requeued == 2  # the lost item, and populate's item whose lease expired
-    after = full_state(bytes_db)
+    after = dump_state(bytes_db)
     assert {k: v for k, v in after.items() if k not in added} == before

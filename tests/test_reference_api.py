@@ -18,8 +18,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import Backend
-from helpers import b
+from helpers import b, keys_left
+from plugins.backends import Backend
 from redis_work_queue import AsyncWorkQueue, InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 NAME = "example_work_queue"
@@ -206,7 +206,7 @@ def test_an_empty_id_from_another_client_is_an_ordinary_item(
     job = work_queue.lease(bytes_db, 5, block=False)
     assert job is not None and (job["id"], job["data"]) == ("", b"foreign")
     assert work_queue.complete(bytes_db, job) is True
-    assert bytes_db.dbsize() == 0
+    assert keys_left(bytes_db) == []
 
 
 def test_lease_secs_zero_is_refused_before_anything_is_written(

@@ -31,16 +31,7 @@ from redis_work_queue import (
     WorkQueue,
     WorkQueueError,
 )
-from servers import (  # noqa: F401 (the fixtures)
-    MASTER_NAME,
-    Proc,
-    ReplicaPair,
-    SentinelSetup,
-    in_sync,
-    poll,
-    replica_pair_fixture,
-    sentinel_setup_fixture,
-)
+from servers import MASTER_NAME, Proc, ReplicaPair, SentinelSetup, in_sync, poll
 
 pytestmark = pytest.mark.real_redis
 

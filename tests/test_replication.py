@@ -24,7 +24,7 @@ from redis_work_queue import (
     ReplicationError,
     WorkQueue,
 )
-from servers import Proc, ReplicaPair, info, replica_pair_fixture  # noqa: F401
+from servers import Proc, ReplicaPair, info
 
 pytestmark = pytest.mark.real_redis
 

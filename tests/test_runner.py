@@ -40,15 +40,10 @@ from redis_work_queue import (
 )
 from redis_work_queue.errors import WorkerFailedError
 from redis_work_queue.health import alive_workers, live_workers
-from redis_work_queue.ops import MAX_SECS
 from redis_work_queue.runner import REASON_MAX_BYTES, Outage, failure_reason
+from redis_work_queue.validation import MAX_SECS
 from runner_handlers import job
-from servers import (  # noqa: F401 (the fixtures)
-    Proc,
-    cluster_db_fixture,
-    cluster_fixture,
-    start_server,
-)
+from servers import Proc
 
 P = "rn"
 TAG = "rn-test"
@@ -63,16 +58,6 @@ QUICK: dict[str, Any] = {
     "max_backoff": 0.2,
     "heartbeat_secs": 0.3,
 }
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Proc]:
-    """A redis-server of the test's own, which the test may kill, restart or stop."""
-    proc = start_server(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @dataclass

@@ -27,14 +27,7 @@ from redis_work_queue import (
     WorkQueue,
     lease_from,
 )
-from servers import (  # noqa: F401 (the fixture)
-    MASTER_NAME,
-    SentinelSetup,
-    in_sync,
-    info,
-    poll,
-    sentinel_setup_fixture,
-)
+from servers import MASTER_NAME, SentinelSetup, in_sync, info, poll
 
 pytestmark = pytest.mark.real_redis
 

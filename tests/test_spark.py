@@ -30,13 +30,7 @@ from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.errors import InvalidArgumentError
 from redis_work_queue.ops import QueueStats
 from redis_work_queue.protocol import run
-from servers import (  # noqa: F401 (the fixtures)
-    Cluster,
-    SentinelSetup,
-    cluster_db_fixture,
-    cluster_fixture,
-    sentinel_setup_fixture,
-)
+from servers import Cluster, SentinelSetup, TlsServer
 
 try:
     from pyspark.java_gateway import ensure_callback_server_started
@@ -97,7 +91,8 @@ def require(java: bool = True) -> None:
     if java and not has_java:
         missing.append("java")
     if missing:
-        hint = "a Java runtime" if missing == ["java"] else "pip install 'redis-work-queue[spark]'"
+        extra = "pip install 'redis-work-queue-lua[spark]'"
+        hint = "a Java runtime" if missing == ["java"] else extra
         why = f"the Spark tests need {', '.join(missing)} ({hint})"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{why}; CI runs them", pytrace=False)
@@ -710,6 +705,67 @@ def test_sentinel_and_password_options_reach_the_server(
             QueueOptions.parse(Options({"url": "redis://h:1/0", "queue": "{q}", **bad}))
 
 
+@spark_test
+def test_a_tls_server_is_written_and_drained_with_the_ca_option(
+    spark: Any, tls_server: TlsServer, tmp_path: Path
+) -> None:
+    proc, url, ca = tls_server.proc, tls_server.url, tls_server.ca
+    frame = spark.range(40, numPartitions=2).selectExpr("concat('t', id) AS id", "id AS n")
+    frame.write.format(NAME).mode("append").option("url", url).option("tlsCaCerts", str(ca)).option(
+        "queue", "tls"
+    ).option("idColumn", "id").save()
+    plain = proc.client()  # the server's plain port
+    queue = WorkQueue(KeyPrefix("tls"))
+    assert queue.queue_len(plain) == 40
+    sink = Sink()
+    query = (
+        stream(spark, url, "tls", tlsCaCerts=str(ca), maxItemsPerBatch=15)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    assert sorted(sink.ids()) == sorted(f"t{n}" for n in range(40))
+    assert drained(queue, plain)
+    # Without the CA, the server's certificate is refused.
+    with pytest.raises(Exception, match=r"(?i)certificate verify failed"):
+        spark.read.format(NAME).option("url", url).load("tls").count()
+
+
+@spark_test
+def test_a_queue_behind_sentinel_is_written_and_drained(
+    spark: Any, sentinel_setup: SentinelSetup, tmp_path: Path
+) -> None:
+    host, port = sentinel_setup.address
+    where = {"sentinels": f"{host}:{port}", "sentinelMaster": "mymaster"}
+    frame = spark.range(30, numPartitions=2).selectExpr("concat('s', id) AS id", "id AS n")
+    writer = frame.write.format(NAME).mode("append").option("queue", "sent")
+    for name, value in where.items():
+        writer = writer.option(name, value)
+    writer.option("idColumn", "id").save()
+    primary = sentinel_setup.pair.primary.client()
+    queue = WorkQueue(KeyPrefix("sent"))
+    assert queue.queue_len(primary) == 30
+    sink = Sink()
+    reader = spark.readStream.format(NAME).option("queue", "sent")
+    for name, value in where.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.option("maxItemsPerBatch", 12)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_WAIT)
+    assert query.exception() is None
+    assert sorted(sink.ids()) == sorted(f"s{n}" for n in range(30))
+    assert drained(queue, primary)
+
+
 # Streaming read ---------------------------------------------------------------------------------
 
 
@@ -848,16 +904,25 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
         assert entered.wait(SPARK_WAIT), "the query never reached batch 2"
         stopper = threading.Thread(target=query.stop)
         stopper.start()
-        time.sleep(0.5)
+        # stop() marks the query terminated before it waits for the batch: only then may the
+        # batch end (with an error), or the error rather than the stop would end the query.
+        wait_for(lambda: not query.isActive, timeout=SPARK_WAIT, interval=0.05, what="stop")
     finally:
         release.set()
     stopper.join(SPARK_WAIT)
     assert not query.isActive
-    # Spark ends the source's process on query.stop() without calling its stop(): the
-    # interrupted batch's items stay leased. Nothing completed them, nothing lost them.
+    # The stop gave the interrupted batch's items back at once (not after leaseSeconds),
+    # first in line and their delivery not counted. Nothing completed them, nothing lost them.
+    wait_for(
+        lambda: queue.stats(real_db).leased == 0,
+        timeout=10,
+        interval=0.1,
+        what="the stopped query to give its items back",
+    )
     stats = queue.stats(real_db)
-    assert (stats.leased, stats.queued) == (100, 300), stats
-    assert {p.id for p in queue.pending(real_db, 0, 1000) if not p.expired} == set(interrupted)
+    assert (stats.leased, stats.queued) == (0, 400), stats
+    assert set(queue_ids(real_db, "crash")[-100:]) == set(interrupted)  # the leasing end
+    assert {int(n) for n in real_db.hmget("crash:deliveries", interrupted) if n} <= {0}
 
     second = Sink()
     query = (
@@ -876,7 +941,7 @@ def test_streaming_read_stopped_mid_batch_loses_nothing_after_a_restart(
     finally:
         query.stop()
     assert query.exception() is None
-    # Spark replayed batch 2 from the checkpoint: the same items, their leases renewed.
+    # Spark replayed batch 2 from the checkpoint: the same items, leased again.
     assert {row.id for row in second.batches[2]} == set(interrupted)
     assert {row.deliveries for row in second.batches[2]} == {1}
     written.extend(second.ids())
@@ -1102,6 +1167,37 @@ def test_a_stopped_stream_reader_gives_its_items_back_and_a_restart_replays_them
     finally:
         again.stop()
     assert queue.stats(real_db).queued == 6  # the second batch was given back too
+
+
+@spark_test
+def test_a_batch_written_before_a_stop_gave_it_back_is_completed_on_restart(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("wrote"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"w{n}") for n in range(6)])
+    reader = stream_reader(redis_url, "wrote", maxItemsPerBatch=4, cleanSeconds=0)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert len(read_rows(reader, reader.partitions(start, end))) == 4  # the sink wrote it...
+    reader.stop()  # ... and the query stopped before Spark told the source so
+    assert queue.stats(real_db).queued == 6
+    record = json.loads(real_db.get(f"wrote:spark:batch:{end['batch']}") or "null")
+    assert record["given_back"] is True and len(record["held"]) == 4
+
+    again = stream_reader(redis_url, "wrote", maxItemsPerBatch=4, cleanSeconds=0)
+    try:
+        # Restarted, Spark finds the batch in its commit log and asks for the next offset:
+        # the batch's items are taken back and completed, not delivered a second time.
+        after = again.latestOffset(end, None)
+        assert after["items"] == 2
+        rows = read_rows(again, again.partitions(end, after))
+        assert [r[0] for r in rows] == ["w4", "w5"]
+        for n in range(4):
+            assert real_db.get(f"wrote:item:w{n}") is None
+        assert not real_db.exists(f"wrote:spark:batch:{end['batch']}")
+    finally:
+        again.stop()
 
 
 @spark_test

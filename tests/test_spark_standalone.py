@@ -3,7 +3,7 @@
 The master and the worker are started from the PySpark distribution (``spark-class``); the
 executors run in their own processes, launched by the worker, whose environment has no path to
 this source tree: they import ``redis_work_queue`` from a zip shipped with ``addPyFile`` (the
-``--py-files`` way the README describes). The driver runs in a subprocess, because a process
+``--py-files`` way docs/spark.md describes). The driver runs in a subprocess, because a process
 holds one SparkContext and the other Spark tests share theirs.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,18 +24,12 @@ import redis
 
 from helpers import wait_for
 from redis_work_queue import KeyPrefix, WorkQueue
+from servers import free_port
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
 START_SECS = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def spark_home() -> Path:
@@ -45,7 +38,7 @@ def spark_home() -> Path:
     except ImportError:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("pyspark is missing; CI runs the Spark tests", pytrace=False)
-        pytest.skip("the Spark tests need pip install 'redis-work-queue[spark]'")
+        pytest.skip("the Spark tests need pip install 'redis-work-queue-lua[spark]'")
     if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("Java is missing; CI runs the Spark tests", pytrace=False)

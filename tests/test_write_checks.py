@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import RedisServer
+from helpers import Dump, dump_state
 from redis_work_queue import (
     Item,
     KeyPrefix,
@@ -31,6 +31,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.keyprefix import QueueKeys
 from redis_work_queue.protocol import run
+from servers import Proc
 
 PREFIX = KeyPrefix("p")
 OTHER = KeyPrefix("p2")
@@ -56,6 +57,7 @@ LAYOUT = {
     "dead_item": "hash",
     "waiting": "zset",
     "wake": "list",
+    "counts": "hash",
 }
 TYPES = ("string", "list", "hash", "set", "zset")
 
@@ -71,39 +73,9 @@ def key_of(name: str, item_id: str) -> str:
     return key
 
 
-Dump = dict[bytes, tuple[str, Any, int]]
-
-
 def dump(db: redis.Redis) -> Dump:
     """Every key of the database: its type, its whole value and its TTL (rounded)."""
-    keys = list(db.scan_iter(count=1000))
-    with db.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.type(key)
-        kinds = [kind.decode() for kind in pipe.execute()]
-    with db.pipeline(transaction=False) as pipe:
-        for key, kind in zip(keys, kinds, strict=True):
-            if kind == "string":
-                pipe.get(key)
-            elif kind == "list":
-                pipe.lrange(key, 0, -1)
-            elif kind == "hash":
-                pipe.hgetall(key)
-            elif kind == "set":
-                pipe.smembers(key)
-            else:
-                pipe.zrange(key, 0, -1, withscores=True)
-            pipe.pttl(key)
-        replies = pipe.execute()
-    state: Dump = {}
-    for i, (key, kind) in enumerate(zip(keys, kinds, strict=True)):
-        value, pttl = replies[2 * i], int(replies[2 * i + 1])
-        if kind == "hash":
-            value = sorted(value.items())
-        elif kind == "set":
-            value = sorted(value)
-        state[key] = (kind, value, round(pttl / TTL_STEP_MS) if pttl > 0 else pttl)
-    return state
+    return dump_state(db, TTL_STEP_MS)
 
 
 def plant(db: redis.Redis, key: str, kind: str) -> None:
@@ -335,7 +307,7 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def clients(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+def clients(redis_server: Proc) -> Iterator[tuple[redis.Redis, redis.Redis]]:
     """Two clients of the session's server for the whole table; each case empties the database
     (FLUSHDB of that server only)."""
     db = redis_server.client(socket_timeout=10)
@@ -386,9 +358,14 @@ def test_the_table_covers_the_layout() -> None:
         KEYS.dead_item("x"),
     }
     # The Spark data source's write record is written by Spark jobs only (test_spark.py), the
-    # fleet's clean turn and the worker registrations by the worker runner only (test_runner.py
-    # plants wrong types there).
-    assert fixed == set(KEYS.fixed()) - {KEYS.spark_write, KEYS.cleaned, KEYS.workers}
+    # fleet's clean turn, the worker registrations and the job durations by the worker runner
+    # only (test_runner.py and test_metrics_durations.py plant wrong types there).
+    assert fixed == set(KEYS.fixed()) - {
+        KEYS.spark_write,
+        KEYS.cleaned,
+        KEYS.workers,
+        KEYS.durations,
+    }
     assert len(CASES) == len(OPS) * len(LAYOUT) * (len(TYPES) - 1)
 
 

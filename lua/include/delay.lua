@@ -1,7 +1,11 @@
 -- delay: delayed items. A delayed item is in P:delayed and keeps a lease key whose value is
--- DELAY_TOKEN until a minute after it is due, so that a cleaner of another implementation (which
--- requeues unleased items that are in neither list) leaves it alone.
-local DELAY_TOKEN = 'delayed'
+-- DELAY_TOKEN (see queue.lua) until a minute after it is due, so that a cleaner of another
+-- implementation (which requeues unleased items that are in neither list) leaves it alone.
+--#include queue.lua
+--#include wake.lua
+-- Keys: P:delayed, P:lease:<id>, the main queue (and, through wake.lua, P:wake).
+-- Defines: schedule, promote, next_due.
+-- Keeps: a delayed item is in P:delayed with a delay lease, or it is queued (or leased).
 local DELAY_GRACE_MS = 60000
 
 -- Hold an item back until due (ms). When it falls due before any other delayed item and a worker

@@ -6,6 +6,9 @@
 -- (a worker's lease drops a held id it pops, as a stray copy of a leased item). A light clean that
 -- finds a held id on the processing list treats it as an expired lease: it removes the hold with
 -- the entry and requeues (or buries) the item.
+-- Keys: P:lease:<id> (its value only: the scripts write the holds).
+-- Defines: HOLD_PREFIX, is_hold, micros, elapsed.
+-- Keeps: elapsed() counts from the start of the script that includes this file.
 local HOLD_PREFIX = 'deep-clean:'
 
 local function is_hold(value)

@@ -1,21 +1,32 @@
 -- queue: the layout every queue-level script shares.
--- A script works on queues 1..n, n = #KEYS: KEYS[i] is queue i's main queue and ARGV[i] its key
--- prefix; the script's own arguments follow (arg(k) is ARGV[n + k]). The other keys of a queue
+-- Keys: a script works on queues 1..n, n = #KEYS: KEYS[i] is queue i's main queue, ARGV[i] its
+-- key prefix; the script's own arguments follow (arg(k) is ARGV[n + k]). The other keys of a queue
 -- are named from its prefix P, as keyprefix.py's QueueKeys names them (a test checks that they
 -- agree): P:processing (list), P:item:<id> (data), P:lease:<id> (the lease, '<token>@<ms>'),
 -- P:deliveries and P:reasons (hashes id -> delivery count / last failure reason), P:delayed
 -- (sorted set id -> due ms), P:dead (sorted set id -> ms buried) with P:dead:<id> (hash: data,
 -- deliveries, reason), P:waiting (sorted set of blocked workers -> ms their registration lapses)
 -- and P:wake (list of wake-up tokens for them); the worker runner's P:workers (sorted set of live
--- workers -> ms their registration lapses) and P:worker:<id> (hash: one worker's registration).
+-- workers -> ms their registration lapses) and P:worker:<id> (hash: one worker's registration);
+-- P:counts (hash: counter name -> how many items took that path, see count()),
+-- and P:durations (hash: the workers' job-duration histogram).
 -- Every one of them shares P's hash tag, if any.
+-- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type and
+-- check_types (the type checks before a first write), now_ms, delivered, forget, DELAY_TOKEN.
+-- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
+-- another queue's keys.
 local NQ = #KEYS
+
+-- The value of a delayed item's lease key (see delay.lua): not a lease, but no cleaner of any
+-- implementation queues an item whose lease key exists.
+local DELAY_TOKEN = 'delayed'
 
 -- A queue's key names, each made the first time it is used.
 local NAMES = {
   processing = ':processing', item = ':item:', lease = ':lease:', deliveries = ':deliveries',
   reasons = ':reasons', delayed = ':delayed', dead = ':dead', dead_item = ':dead:',
   waiting = ':waiting', wake = ':wake', workers = ':workers', worker = ':worker:',
+  counts = ':counts', durations = ':durations',
 }
 local LAZY = {
   __index = function(q, name)
@@ -82,4 +93,13 @@ end
 local function forget(q, id)
   redis.call('HDEL', q.deliveries, id)
   redis.call('HDEL', q.reasons, id)
+end
+
+-- Add n (when not 0) to one of the queue's counters in P:counts: 'added', 'completed', 'failed',
+-- 'retried', 'dead', 'expired' or 'requeued', each a number of items. The caller checks P:counts
+-- beforehand.
+local function count(q, name, n)
+  if n ~= 0 then
+    redis.call('HINCRBY', q.counts, name, n or 1)
+  end
 end

@@ -1,5 +1,9 @@
--- stray: an id met on the main queue while its lease is live (take returned nil, true). Uses
--- delay.lua and hold.lua.
+-- stray: an id met on the main queue while its lease is live (take returned nil, true).
+--#include queue.lua
+--#include hold.lua
+-- Keys: P:lease:<id> (read), P:processing.
+-- Defines: watch.
+-- Keeps: a live lease's id is on the processing list, so a cleaner requeues it when it expires.
 
 -- Its holder may have leased it in separate commands (a client of another implementation) with
 -- a clean requeueing it in between, so that it is on no processing list: it is pushed there

@@ -1,8 +1,13 @@
 -- take: hand items out, or bury them in the dead-letter store.
+--#include queue.lua
+-- Keys: P:item:<id>, P:lease:<id>, P:deliveries, P:reasons, P:dead, P:dead:<id>.
+-- Defines: bury, bury_keys, take.
+-- Keeps: an item is never handed out more than max deliveries times; a buried item keeps its
+-- data, delivery count and reason.
 
 -- Move an item to the dead-letter store: its data, delivery count and reason are kept under a key
 -- outside P:item:*, so no cleaner of any implementation brings it back. The caller checks the dead
--- set, the dead letter's hash and the bookkeeping hashes beforehand (see bury_keys).
+-- set, the dead letter's hash, the bookkeeping hashes and the counters beforehand (see bury_keys).
 local function bury(q, id, data, deliveries, reason, now)
   local key = q.dead_item .. id
   redis.call('DEL', key)
@@ -10,6 +15,7 @@ local function bury(q, id, data, deliveries, reason, now)
   redis.call('ZADD', q.dead, now, id)
   redis.call('DEL', q.item .. id, q.lease .. id)
   forget(q, id)
+  count(q, 'dead')
 end
 
 -- The keys that burying ids would write (those of ids whose delivery count, as read from
@@ -23,7 +29,11 @@ local function bury_keys(q, ids, counts, max)
       end
     end
   end
-  return 'zset', #letters > 0 and {q.dead} or {}, 'hash', letters
+  if #letters > 0 then
+    letters[#letters + 1] = q.counts
+    return 'zset', {q.dead}, 'hash', letters
+  end
+  return 'zset', {}, 'hash', letters
 end
 
 -- Hand out an id just taken off the main queue (data: its data key's value, read before the id

@@ -2,6 +2,10 @@
 -- push onto a queue with a registered worker also pushes a wake-up token onto P:wake, which a
 -- worker blocked on several queues waits for (a token carries no item); n items wake up to n
 -- workers. Both keys expire when the last registration lapses.
+--#include queue.lua
+-- Keys: P:waiting, P:wake, the main queue (enqueue) and P:processing (drop_marker).
+-- Defines: wake, join, drop_marker, check_wake, enqueue, leave.
+-- Keeps: the waiting set and the wake list expire with the last registration.
 local WAKE_TOKENS = 16
 
 local function wake(q, n)

@@ -1,12 +1,21 @@
-"""A reliable work queue on stock Redis, every operation one atomic Lua script."""
+"""A reliable work queue on stock Redis, every operation one atomic Lua script.
 
-from .aio import AsyncWorkQueue
-from .aio import lease_from as alease_from
-from .aioworker import AsyncWorker
+The synchronous API is imported with the package. The asyncio API (``AsyncWorkQueue``,
+``AsyncWorker``, ``alease_from``, ``alive_workers``), the worker runner and the heartbeat
+readers are imported on first use, so that ``import redis_work_queue`` does not load
+``redis.asyncio`` or the runner for code that never touches them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .cleaning import CleanProgress, CleanReport
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
+    MissingExtraError,
     OutcomeUnknownError,
     ReplicationError,
     ScriptError,
@@ -14,14 +23,47 @@ from .errors import (
     WorkQueueError,
     WrongKeyTypeError,
 )
-from .health import WorkerInfo, alive_workers, live_workers
 from .item import Item
 from .keyprefix import KeyPrefix
-from .ops import DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats, Released
-from .worker import Worker, WorkerStats
+from .results import DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats, Released
 from .workqueue import WorkQueue, lease_from
 
+if TYPE_CHECKING:
+    from .aio import AsyncWorkQueue
+    from .aio import lease_from as alease_from
+    from .aioworker import AsyncWorker
+    from .health import WorkerInfo, alive_workers, live_workers
+    from .worker import Worker, WorkerStats
+
 __version__ = "0.2.0"
+
+#: Names imported on first use: name -> (module, attribute in that module).
+_LAZY: dict[str, tuple[str, str]] = {
+    "AsyncWorkQueue": (".aio", "AsyncWorkQueue"),
+    "alease_from": (".aio", "lease_from"),
+    "AsyncWorker": (".aioworker", "AsyncWorker"),
+    "Worker": (".worker", "Worker"),
+    "WorkerStats": (".worker", "WorkerStats"),
+    "WorkerInfo": (".health", "WorkerInfo"),
+    "alive_workers": (".health", "alive_workers"),
+    "live_workers": (".health", "live_workers"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the asyncio API, the runner and the heartbeat readers on first use."""
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module, __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "AsyncWorkQueue",
@@ -34,6 +76,7 @@ __all__ = [
     "InvalidArgumentError",
     "Item",
     "KeyPrefix",
+    "MissingExtraError",
     "OutcomeUnknownError",
     "PendingItem",
     "QueueStats",

@@ -1,32 +1,31 @@
 """AsyncWorkQueue: the asyncio API, on ``redis.asyncio`` clients.
 
 Every method has the name, arguments, result and errors of its synchronous twin (see there for
-the details); only the call is awaited. Both run the same operations from :mod:`.ops`.
+the details); only the call is awaited. Both run the same operations (:mod:`.ops`,
+:mod:`.queue_base`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
 from . import cluster
 from .cleaning import CleanReport, ProgressCallback
+from .clients import AsyncClient, AsyncPipeline, max_block
 from .item import Item
-from .ops import (
+from .protocol import ScriptCall, arun
+from .queue_base import PIPELINE_CHUNK, QueueBase, first_call, leasable_together, lease_from_steps
+from .results import (
     DeadLetter,
     FlushReport,
     PendingItem,
+    QueueCounts,
     QueuedItem,
     QueueStats,
     Released,
-    max_block,
 )
-from .protocol import ScriptCall, arun
-from .workqueue import PIPELINE_CHUNK, QueueBase, _first_call, lease_from_steps, one_call
 
 
 class AsyncWorkQueue(QueueBase):
@@ -38,29 +37,33 @@ class AsyncWorkQueue(QueueBase):
 
     async def add_item(
         self,
-        db: Redis,
+        db: AsyncClient,
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
     ) -> bool:
         """See :meth:`WorkQueue.add_item`."""
-        return await arun(db, self.ops.add_one(item, False, delay, ttl, replicas))
+        return await arun(
+            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
+        )
 
     async def add_unique_item(
         self,
-        db: Redis,
+        db: AsyncClient,
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
     ) -> None:
         """See :meth:`WorkQueue.add_unique_item`."""
-        await arun(db, self.ops.add_one(item, True, delay, ttl, replicas))
+        await arun(
+            db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas)
+        )
 
     async def add_items(
         self,
-        db: Redis,
+        db: AsyncClient,
         items: Iterable[Item],
         unique: bool = False,
         delay: float | datetime | None = None,
@@ -68,19 +71,21 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> list[bool]:
         """See :meth:`WorkQueue.add_items`."""
-        return await arun(db, self.ops.add(items, unique, delay, ttl, replicas))
+        return await arun(
+            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
+        )
 
-    def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
+    def add_unique_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
         self.ops.queue_add_on(pipeline, item)
 
-    def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
+    def add_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_item_to_pipeline`."""
         self.add_unique_item_to_pipeline(pipeline, item)
 
     async def lease(
         self,
-        db: Redis,
+        db: AsyncClient,
         lease_secs: float,
         block: bool = True,
         timeout: float = 0,
@@ -92,7 +97,7 @@ class AsyncWorkQueue(QueueBase):
 
     async def lease_many(
         self,
-        db: Redis,
+        db: AsyncClient,
         lease_secs: float,
         count: int,
         block: bool = True,
@@ -103,19 +108,19 @@ class AsyncWorkQueue(QueueBase):
         steps = self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db), count)
         return await arun(db, steps)
 
-    async def renew(self, db: Redis, item: Item, lease_secs: float) -> bool:
+    async def renew(self, db: AsyncClient, item: Item, lease_secs: float) -> bool:
         """See :meth:`WorkQueue.renew`."""
         return await arun(db, self.ops.renew(item, lease_secs))
 
     async def release(
-        self, db: Redis, item: Item, delay: float = 0, reason: str | None = None
+        self, db: AsyncClient, item: Item, delay: float = 0, reason: str | None = None
     ) -> bool:
         """See :meth:`WorkQueue.release`."""
         return await arun(db, self.ops.release(item, delay, reason))
 
     async def release_outcome(
         self,
-        db: Redis,
+        db: AsyncClient,
         item: Item,
         delay: float = 0,
         reason: str | None = None,
@@ -124,21 +129,23 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.release_outcome`."""
         return await arun(db, self.ops.release_outcome(item, delay, reason, undo))
 
-    async def renew_many(self, db: Redis, items: Iterable[Item], lease_secs: float) -> list[bool]:
+    async def renew_many(
+        self, db: AsyncClient, items: Iterable[Item], lease_secs: float
+    ) -> list[bool]:
         """See :meth:`WorkQueue.renew_many`."""
-        return await _apipelined(db, [_first_call(self.ops.renew(i, lease_secs)) for i in items])
+        return await _apipelined(db, [first_call(self.ops.renew(i, lease_secs)) for i in items])
 
     async def give_back(
-        self, db: Redis, items: Iterable[Item], reason: str | None = None
+        self, db: AsyncClient, items: Iterable[Item], reason: str | None = None
     ) -> list[bool]:
         """See :meth:`WorkQueue.give_back`."""
-        calls = [_first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
+        calls = [first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
         return await _apipelined(db, calls)
 
     @asynccontextmanager
     async def leased(
         self,
-        db: Redis,
+        db: AsyncClient,
         lease_secs: float,
         block: bool = True,
         timeout: float = 0,
@@ -157,67 +164,82 @@ class AsyncWorkQueue(QueueBase):
             raise
         await self.complete(db, item)
 
-    async def complete(self, db: Redis, item: Item, replicas: int | None = None) -> bool:
+    async def complete(self, db: AsyncClient, item: Item, replicas: int | None = None) -> bool:
         """See :meth:`WorkQueue.complete`."""
         return await arun(db, self.ops.complete_one(item, replicas))
 
     async def complete_many(
-        self, db: Redis, items: Iterable[Item], replicas: int | None = None
+        self, db: AsyncClient, items: Iterable[Item], replicas: int | None = None
     ) -> list[Item]:
         """See :meth:`WorkQueue.complete_many`."""
         return await arun(db, self.ops.complete(items, replicas))
 
-    async def light_clean(self, db: Redis) -> CleanReport:
+    async def light_clean(self, db: AsyncClient) -> CleanReport:
         """See :meth:`WorkQueue.light_clean`."""
         return await arun(db, self.ops.light_clean())
 
-    async def deep_clean(self, db: Redis, progress: ProgressCallback | None = None) -> CleanReport:
+    async def deep_clean(
+        self, db: AsyncClient, progress: ProgressCallback | None = None
+    ) -> CleanReport:
         """See :meth:`WorkQueue.deep_clean`."""
         return await arun(db, self.ops.deep_clean(progress))
 
-    async def dead_letters(self, db: Redis, start: int = 0, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(
+        self, db: AsyncClient, start: int = 0, count: int = 100
+    ) -> list[DeadLetter]:
         """See :meth:`WorkQueue.dead_letters`."""
         return await arun(db, self.ops.dead_letters(start, count))
 
-    async def dead_count(self, db: Redis) -> int:
+    async def dead_count(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.dead_count`."""
         return await arun(db, self.ops.length(self.keys.dead, "ZCARD"))
 
-    async def requeue_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+    async def requeue_dead(
+        self,
+        db: AsyncClient,
+        ids: Iterable[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         """See :meth:`WorkQueue.requeue_dead`."""
-        return await arun(db, self.ops.requeue_dead(ids))
+        return await arun(db, self.ops.requeue_dead(ids, progress))
 
-    async def purge_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+    async def purge_dead(self, db: AsyncClient, ids: Iterable[str] | None = None) -> int:
         """See :meth:`WorkQueue.purge_dead`."""
         return await arun(db, self.ops.purge_dead(ids))
 
-    async def stats(self, db: Redis) -> QueueStats:
+    async def stats(self, db: AsyncClient) -> QueueStats:
         """See :meth:`WorkQueue.stats`."""
         return await arun(db, self.ops.stats())
 
-    async def peek(self, db: Redis, start: int = 0, count: int = 10) -> list[QueuedItem]:
+    async def counts(self, db: AsyncClient) -> QueueCounts:
+        """See :meth:`WorkQueue.counts`."""
+        return await arun(db, self.ops.counts())
+
+    async def peek(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[QueuedItem]:
         """See :meth:`WorkQueue.peek`."""
         return await arun(db, self.ops.peek(start, count))
 
-    async def pending(self, db: Redis, start: int = 0, count: int = 10) -> list[PendingItem]:
+    async def pending(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
         """See :meth:`WorkQueue.pending`."""
         return await arun(db, self.ops.pending(start, count))
 
-    async def flush(self, db: Redis) -> FlushReport:
+    async def flush(
+        self, db: AsyncClient, progress: Callable[[int], None] | None = None
+    ) -> FlushReport:
         """See :meth:`WorkQueue.flush`."""
-        return await arun(db, self.ops.flush())
+        return await arun(db, self.ops.flush(progress))
 
-    async def queue_len(self, db: Redis) -> int:
+    async def queue_len(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.queue_len`."""
         return await arun(db, self.ops.length(self.keys.queue))
 
-    async def processing(self, db: Redis) -> int:
+    async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
 
 
 async def lease_from(
-    db: Redis,
+    db: AsyncClient,
     queues: Sequence[AsyncWorkQueue],
     lease_secs: float,
     block: bool = True,
@@ -225,13 +247,14 @@ async def lease_from(
     at_most_once: bool = False,
 ) -> tuple[AsyncWorkQueue, Item] | None:
     """See :func:`redis_work_queue.workqueue.lease_from`."""
+    together = leasable_together(db, queues)
     steps = lease_from_steps(
-        queues, lease_secs, block, timeout, at_most_once, max_block(db), one_call(db, queues)
+        queues, lease_secs, block, timeout, at_most_once, max_block(db), together
     )
     return await arun(db, steps)
 
 
-async def _apipelined(db: Redis, calls: Sequence[ScriptCall]) -> list[bool]:
+async def _apipelined(db: AsyncClient, calls: Sequence[ScriptCall]) -> list[bool]:
     """Send independent script calls in pipelines of ``PIPELINE_CHUNK``; their flags."""
     flags: list[bool] = []
     for start in range(0, len(calls), PIPELINE_CHUNK):

@@ -27,6 +27,7 @@ from .aio import AsyncWorkQueue, lease_from
 from .errors import WorkerFailedError
 from .item import Item
 from .runner import (
+    JOIN_SECS,
     CleanSecs,
     Core,
     Job,
@@ -35,8 +36,8 @@ from .runner import (
     backoff_delay,
     check_options,
     check_pool,
+    socket_timeout_for,
 )
-from .worker import JOIN_SECS, socket_timeout_for
 
 logger = logging.getLogger(__name__)
 

@@ -223,7 +223,7 @@ def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> St
     while True:
         budget = max(1, min(pace.size, total - popped))
         due = pace.size
-        reply = yield ops._call("light_clean", budget, ops.max_deliveries, due)
+        reply = yield ops.script_call("light_clean", budget, ops.max_deliveries, due)
         seen, back, gone, buried, promoted, elapsed_us = (int(v) for v in reply)
         pace.update(seen + promoted, elapsed_us)
         popped += seen
@@ -247,7 +247,7 @@ def _forget(
     for name in ("deliveries", "reasons"):
         checked = 0
         while True:
-            reply = yield ops._call("forget_gone", name, cursors[name], pace.size)
+            reply = yield ops.script_call("forget_gone", name, cursors[name], pace.size)
             elapsed_us, cursor, fields, gone = (int(v) for v in reply)
             pace.update(max(fields, 1), elapsed_us)
             cursors[name] = cursor
@@ -286,7 +286,7 @@ def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Step
     first = 0
     while True:
         count = pace.size
-        elapsed_us, read, ids = yield ops._call("deep_clean_walk", first, count, token)
+        elapsed_us, read, ids = yield ops.script_call("deep_clean_walk", first, count, token)
         pace.update(int(read), int(elapsed_us))
         collect.update(ids)
         first += int(read)
@@ -304,7 +304,7 @@ def _in_chunks(
     start = 0
     while start < len(ids):
         chunk = ids[start : start + pace.size]
-        elapsed_us, got = yield ops._call(name, *head, *chunk)
+        elapsed_us, got = yield ops.script_call(name, *head, *chunk)
         pace.update(len(chunk), int(elapsed_us))
         out.extend(got)
         start += len(chunk)
@@ -327,7 +327,7 @@ def deep_clean(
     cursor: Any = 0
     while True:
         count = pace.size
-        elapsed_us, cursor, found = yield ops._call("deep_clean_scan", cursor, count, pattern)
+        elapsed_us, cursor, found = yield ops.script_call("deep_clean_scan", cursor, count, pattern)
         pace.update(count, int(elapsed_us))
         tally.examined += len(found)
         candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))

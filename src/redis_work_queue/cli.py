@@ -1,7 +1,12 @@
-"""The ``rwq`` command: cleaning and inspection for cron jobs and maintenance, and a demo.
+"""The ``rwq`` command: cleaning, inspection, metrics, workers and a demo.
 
-Exit codes: 0 success; 1 an operation failed (for example a queue key of the wrong type);
-2 bad usage; 3 Redis could not be reached.
+Global options (``--url``, ``--cluster``, ``--sentinel``, ``--master``, ``--tls-ca-cert``,
+``--timeout``, ``--json``, ``-v``) are accepted before or after the subcommand. Exit codes: 0
+success; 1 an operation failed (for example a queue key of the wrong type, or named dead letters
+that were not found); 2 bad usage; 3 Redis could not be reached; 130 interrupted (Ctrl-C).
+Errors are one line on stderr (with ``--json``, one JSON object ``{"error": ..., "exit": ...}``),
+with a traceback only under ``-v``. With ``--json``, the commands that serve (``metrics
+--serve``, ``dashboard``) print one JSON line on stdout once listening: ``{"serving": URL, ...}``.
 """
 
 from __future__ import annotations
@@ -9,72 +14,218 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import re
+import signal
+import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
+from redis.exceptions import AskError, ClusterDownError, MovedError
 
 from . import metrics, server
 from .cleaning import CleanProgress, CleanReport
-from .demo import run_demo
-from .errors import InvalidArgumentError, WorkerFailedError, WorkQueueError
+from .connect import Target, connect, mask, target, with_credentials
+from .durations import BOUNDS
+from .errors import (
+    DISTRIBUTION,
+    InvalidArgumentError,
+    WorkerFailedError,
+    WorkQueueError,
+    WrongKeyTypeError,
+)
+from .extras import extra_needed
 from .health import live_workers
-from .keyprefix import KeyPrefix
-from .worker import Worker, load_handler
+from .keyprefix import KeyPrefix, QueueKeys
 from .workqueue import WorkQueue
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
+#: The default connect and socket timeout, in seconds.
+DEFAULT_TIMEOUT = 10.0
 
 logger = logging.getLogger(__name__)
 
 
-def _connect(url: str | None) -> redis.Redis:
-    if not url:
-        raise SystemExit(_fail(EXIT_USAGE, "no Redis URL: pass --url or set REDIS_URL"))
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
     try:
-        return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
-    except ValueError as err:
-        raise SystemExit(_fail(EXIT_USAGE, f"bad Redis URL {url!r}: {err}")) from err
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        from . import __version__  # noqa: PLC0415
+
+        return __version__
 
 
-def _fail(code: int, message: str) -> int:
-    print(f"rwq: {message}", file=sys.stderr)
-    return code
+class Failure(Exception):
+    """A failure the command reports in one line, with its exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _show_progress(name: str) -> Callable[[CleanProgress], None]:
-    """A deep clean's progress, as one line rewritten in place on stderr (a terminal)."""
+def _json_out(value: Any) -> None:
+    print(json.dumps(value))
 
+
+def _warn(message: str) -> None:
+    print(f"rwq: warning: {message}", file=sys.stderr)
+
+
+# Progress ---------------------------------------------------------------------------------------
+
+
+class Progress:
+    """One line on stderr rewritten in place, on a terminal only (else nothing is shown)."""
+
+    def __init__(self, label: str, total: int | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.shown = sys.stderr.isatty()
+        self.begun = time.monotonic()
+        self._last = 0.0
+
+    def line(self, text: str, force: bool = False) -> None:
+        """Show ``text`` (at most ten times a second, unless ``force``)."""
+        now = time.monotonic()
+        if not self.shown or (now - self._last < 0.1 and not force):
+            return
+        self._last = now
+        print(f"\r{self.label}: {text}\x1b[K", end="", file=sys.stderr, flush=True)
+
+    def count(self, done: int) -> None:
+        """Show a count of things done (a bar when the total is known)."""
+        elapsed = max(time.monotonic() - self.begun, 1e-6)
+        rate = f"{done / elapsed:,.0f}/s"
+        if self.total:
+            width = 30
+            filled = min(width, int(width * done / self.total))
+            bar = "#" * filled + "-" * (width - filled)
+            self.line(f"[{bar}] {done}/{self.total} ({rate})")
+        else:
+            self.line(f"{done:,} ({rate}, {elapsed:.1f} s)")
+
+    def done(self) -> None:
+        """End the line."""
+        if self.shown and self._last:
+            print(file=sys.stderr, flush=True)
+
+
+def _clean_progress(progress: Progress) -> Callable[[CleanProgress], None]:
     def show(p: CleanProgress) -> None:
-        line = (
-            f"{name}: {p.phase}, examined {p.examined}, requeued {p.requeued}, "
-            f"dead {p.dead}, forgotten {p.forgotten} ({p.rate:,.0f}/s, {p.elapsed:.1f} s)"
+        progress.line(
+            f"{p.phase}, examined {p.examined}, requeued {p.requeued}, dead {p.dead}, "
+            f"forgotten {p.forgotten} ({p.rate:,.0f}/s, {p.elapsed:.1f} s)",
+            force=p.phase == "done",
         )
-        end = "\n" if p.phase == "done" else ""
-        print(f"\r{line}\x1b[K", end=end, file=sys.stderr, flush=True)
 
     return show
 
 
-def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
-    def run(args: argparse.Namespace, db: redis.Redis) -> int:
+# Checks shared by commands ----------------------------------------------------------------------
+
+#: The Redis type of each fixed key of a queue (see keyprefix.QueueKeys).
+KEY_TYPES = {
+    "queue": "list",
+    "processing": "list",
+    "deliveries": "hash",
+    "reasons": "hash",
+    "dead": "zset",
+    "delayed": "zset",
+    "waiting": "zset",
+    "wake": "list",
+    "spark_write": "hash",
+    "cleaned": "string",
+    "workers": "zset",
+    "counts": "hash",
+    "durations": "hash",
+}
+_WRONGTYPE = re.compile(r"WRONGTYPE (?P<key>.+?) holds an? (?P<found>\w+), not an? (?P<kind>\w+)")
+
+
+def _queue(args: argparse.Namespace, name: str) -> WorkQueue:
+    return WorkQueue(KeyPrefix(name), getattr(args, "max_deliveries", None))
+
+
+def wrong_keys(db: Any, name: str) -> list[tuple[str, str, str]]:
+    """The fixed keys of queue ``name`` that hold another type than the layout's.
+
+    Returns:
+        (key, type found, type expected) for each.
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    found = []
+    for attr, kind in KEY_TYPES.items():
+        key = getattr(keys, attr)
+        held = db.type(key)
+        held = held.decode() if isinstance(held, bytes) else str(held)
+        if held not in ("none", kind):
+            found.append((key, held, kind))
+    return found
+
+
+def _wrong_type_message(db: Any, err: BaseException, queues: Sequence[str]) -> str:
+    match = _WRONGTYPE.search(str(err))
+    if match is not None:
+        key, held, kind = match["key"], match["found"], match["kind"]
+    else:
+        bad: list[tuple[str, str, str]] = []
+        try:
+            for name in queues:
+                bad += wrong_keys(db, name)
+        except redis.RedisError:
+            bad = []
+        if not bad:
+            return f"a key of {', '.join(queues)} holds the wrong Redis type; nothing was changed"
+        key, held, kind = bad[0]
+    return (
+        f"key {key!r} holds a {held}, where the queue keeps a {kind}; nothing was changed. "
+        f"Another program uses that name: rename or delete that key (redis-cli TYPE / RENAME), "
+        f"or use another queue name"
+    )
+
+
+def _exists(db: Any, name: str) -> bool:
+    return bool(db.exists(*QueueKeys(KeyPrefix(name)).fixed()))
+
+
+def _warn_missing(db: Any, names: Sequence[str]) -> None:
+    for name in names:
+        if not _exists(db, name):
+            _warn(f"queue {name!r} has no keys (never used, or flushed): check its name")
+
+
+# Commands ---------------------------------------------------------------------------------------
+
+
+def _clean(kind: str) -> Callable[[argparse.Namespace, Any], int]:
+    def run(args: argparse.Namespace, db: Any) -> int:
         reports: dict[str, dict[str, int]] = {}
-        tty = sys.stderr.isatty()
         for name in args.queues:
-            queue = WorkQueue(KeyPrefix(name), args.max_deliveries)
+            queue = _queue(args, name)
             report: CleanReport
             if kind == "deep_clean":
-                report = queue.deep_clean(db, _show_progress(name) if tty else None)
+                progress = Progress(name)
+                try:
+                    report = queue.deep_clean(db, _clean_progress(progress))
+                finally:
+                    progress.done()
             else:
                 report = queue.light_clean(db)
             reports[name] = asdict(report)
+            if not any(reports[name].values()):
+                _warn_missing(db, [name])
             if not args.json:
                 print(
                     f"{name}: examined {report.examined}, requeued {report.requeued}, "
@@ -82,7 +233,7 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
                     f"forgotten {report.forgotten}"
                 )
         if args.json:
-            print(json.dumps(reports))
+            _json_out(reports)
         return EXIT_OK
 
     return run
@@ -91,50 +242,108 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, redis.Redis], int]:
 STAT_COLUMNS = ("queued", "leased", "expired", "delayed", "dead")
 
 
-def _info(args: argparse.Namespace, db: redis.Redis) -> int:
+def _info(args: argparse.Namespace, db: Any) -> int:
     rows: dict[str, dict[str, Any]] = {
-        name: asdict(WorkQueue(KeyPrefix(name)).stats(db)) for name in args.queues
+        name: asdict(_queue(args, name).stats(db)) for name in args.queues
     }
+    _warn_missing(db, [name for name, row in rows.items() if not any(row.values())])
     policy = server.eviction_policy(db)
     warning = server.eviction_message(policy) if policy and server.may_evict(policy) else None
     if args.json:
         for row in rows.values():
             row["maxmemory_policy"] = policy
             row["eviction_warning"] = warning
-        print(json.dumps(rows))
+        _json_out(rows)
         return EXIT_OK
     width = max(len("queue"), *(len(name) for name in rows))
     print(f"{'queue':<{width}}" + "".join(f"  {c:>9}" for c in STAT_COLUMNS))
     for name, row in rows.items():
         print(f"{name:<{width}}" + "".join(f"  {row[c]:>9}" for c in STAT_COLUMNS))
     if warning:
-        print(f"rwq: warning: {warning}", file=sys.stderr)
+        _warn(warning)
     return EXIT_OK
 
 
-def _metrics(args: argparse.Namespace, db: redis.Redis) -> int:
-    queues = [WorkQueue(KeyPrefix(name)) for name in args.queues]
-    sys.stdout.write(metrics.render(db, queues))
-    return EXIT_OK
+def _metrics_json(found: Sequence[metrics.QueueMetrics]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in found:
+        out[m.queue] = {
+            **asdict(m.stats),
+            "delayed_due": m.delayed_due,
+            "work": m.work,
+            "oldest_waiting_seconds": m.oldest_waiting,
+            "delayed_overdue_seconds": m.delayed_overdue,
+            "workers": m.workers,
+            "counts": asdict(m.counts),
+            "durations": {
+                outcome: {
+                    "buckets": dict(zip(BOUNDS, counts, strict=True)),
+                    "sum": total,
+                }
+                for outcome, (counts, total) in m.durations.items()
+            },
+        }
+    return out
 
 
-def _flush(args: argparse.Namespace, db: redis.Redis) -> int:
+def _metrics(args: argparse.Namespace, db: Any) -> int:
+    queues = [_queue(args, name) for name in args.queues]
+    if args.serve is None:
+        found = metrics.read(db, queues)
+        _warn_missing(db, [m.queue for m in found if not m.work and not m.stats.dead])
+        if args.json:
+            _json_out(_metrics_json(found))
+        else:
+            sys.stdout.write(metrics.render_families(metrics.families(found)))
+        return EXIT_OK
+    try:
+        with extra_needed("rwq metrics --serve", "prometheus"):
+            httpd, _ = metrics.serve(db, queues, args.serve, args.bind)
+    except ImportError as err:  # a MissingExtraError, naming the extra
+        raise Failure(EXIT_USAGE, str(err)) from err
+    except OSError as err:
+        raise Failure(EXIT_FAILED, f"cannot listen on {args.bind}:{args.serve}: {err}") from err
+    url = f"http://{args.bind}:{httpd.server_port}/metrics"
+    if args.json:
+        _json_out({"serving": url, "queues": list(args.queues)})
+    else:
+        print(f"rwq metrics on {url} ({len(queues)} queues)")
+    sys.stdout.flush()
+    signal.signal(signal.SIGTERM, _terminate)
+    while True:
+        time.sleep(3600)
+
+
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise SystemExit(EXIT_OK)
+
+
+def _flush(args: argparse.Namespace, db: Any) -> int:
     if not args.yes:
         names = ", ".join(args.queues)
         if not sys.stdin.isatty():
-            return _fail(EXIT_USAGE, f"refusing to flush {names} without --yes (no terminal)")
+            raise Failure(EXIT_USAGE, f"refusing to flush {names} without --yes (no terminal)")
         try:
             answer = input(
                 f"Delete every key of {names}, including queued and leased items? [y/N] "
             )
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             answer = ""
         if answer.strip().lower() not in ("y", "yes"):
-            print("nothing deleted")
-            return EXIT_FAILED
+            raise Failure(EXIT_FAILED, "nothing deleted")
+    _warn_missing(db, args.queues)
+    reports = {}
     for name in args.queues:
-        report = WorkQueue(KeyPrefix(name)).flush(db)
-        print(f"{name}: deleted {report.keys} keys ({report.items} items)")
+        progress = Progress(f"{name}: deleted keys")
+        try:
+            report = _queue(args, name).flush(db, progress.count)
+        finally:
+            progress.done()
+        reports[name] = asdict(report)
+        if not args.json:
+            print(f"{name}: deleted {report.keys} keys ({report.items} items)")
+    if args.json:
+        _json_out(reports)
     return EXIT_OK
 
 
@@ -143,19 +352,48 @@ def _preview(data: bytes, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
-    queue = WorkQueue(KeyPrefix(args.queue))
+def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
+    named = args.ids + (args.requeue if args.requeue is not None else args.purge)
+    if bool(named) == args.all:
+        raise Failure(EXIT_USAGE, "name the dead letters' ids, or pass --all (not both)")
+    ids = None if args.all else list(dict.fromkeys(named))
+    _warn_missing(db, [args.queue])
+    missing: list[str] = []
+    if ids is not None:
+        found = db.zmscore(queue.keys.dead, ids)
+        missing = [i for i, score in zip(ids, found, strict=True) if score is None]
+    if args.requeue is not None:
+        verb = "requeued"
+        progress = Progress(f"{args.queue}: requeued", len(ids) if ids else queue.dead_count(db))
+        try:
+            done = queue.requeue_dead(db, ids, progress.count)
+        finally:
+            progress.done()
+    else:
+        verb = "purged"
+        done = queue.purge_dead(db, ids)
+    if args.json:
+        _json_out({"queue": args.queue, verb: done, "not_found": missing})
+    else:
+        print(f"{verb} {done} dead letters of {args.queue}")
+    if missing:
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise Failure(
+            EXIT_FAILED,
+            f"{len(missing)} of the ids named are not dead letters of {args.queue}: {shown} "
+            f"(list them with: rwq dead-letters {args.queue})",
+        )
+    return EXIT_OK
+
+
+def _dead_letters(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
     if args.requeue is not None or args.purge is not None:
-        named = args.ids + (args.requeue if args.requeue is not None else args.purge)
-        if bool(named) == args.all:
-            return _fail(EXIT_USAGE, "name the dead letters' ids, or pass --all (not both)")
-        ids = None if args.all else named
-        if args.requeue is not None:
-            print(f"requeued {queue.requeue_dead(db, ids)} dead letters of {args.queue}")
-        else:
-            print(f"purged {queue.purge_dead(db, ids)} dead letters of {args.queue}")
-        return EXIT_OK
+        return _dead_action(args, db, queue)
     page = queue.dead_letters(db, args.start, args.count)
+    total = queue.dead_count(db)
+    if not total:
+        _warn_missing(db, [args.queue])
     if args.json:
         rows = [
             {
@@ -167,9 +405,9 @@ def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
             }
             for d in page
         ]
-        print(json.dumps({"total": queue.dead_count(db), "dead_letters": rows}))
+        _json_out({"total": total, "dead_letters": rows})
         return EXIT_OK
-    print(f"{queue.dead_count(db)} dead letters in {args.queue}")
+    print(f"{total} dead letters in {args.queue}")
     for d in page:
         died = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.died_at))
         print(f"{d.id}  deliveries={d.deliveries}  died={died}  reason={d.reason!r}")
@@ -177,14 +415,31 @@ def _dead_letters(args: argparse.Namespace, db: redis.Redis) -> int:
     return EXIT_OK
 
 
-def _worker(args: argparse.Namespace, db: redis.Redis) -> int:
+def _worker(args: argparse.Namespace, db: Any) -> int:
+    from .worker import Worker, load_handler, socket_timeout_for  # noqa: PLC0415
+
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    where: Target = args.target
     try:
         handler = load_handler(args.handler)
-        queues = [WorkQueue(KeyPrefix(name), args.max_deliveries) for name in args.queues]
+        queues = [_queue(args, name) for name in args.queues]
+        source: Any = where.url
+        if where.kind != "single":
+            if args.processes:
+                raise InvalidArgumentError(
+                    "--processes connects by URL: use threads (--concurrency) with --cluster "
+                    "or --sentinel"
+                )
+            source = connect(
+                where,
+                max(args.timeout, socket_timeout_for(1.0)),
+                max_connections=args.concurrency + 4,
+            )
+        elif where.url is not None:
+            source = with_credentials(where)  # the password may come from the environment
         worker = Worker(
-            args.url,
+            source,
             queues,
             handler,
             lease_secs=args.lease_secs,
@@ -192,29 +447,32 @@ def _worker(args: argparse.Namespace, db: redis.Redis) -> int:
             processes=args.processes,
             backoff=args.backoff,
             max_backoff=args.max_backoff,
-            timeout=args.timeout,
+            timeout=args.job_timeout,
             clean_secs=None if args.no_clean else args.clean_secs,
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
         )
     except InvalidArgumentError as err:
-        return _fail(EXIT_USAGE, str(err))
+        raise Failure(EXIT_USAGE, str(err)) from err
     db.ping()
     try:
         stats = worker.run()
     except WorkerFailedError as err:
-        return _fail(EXIT_FAILED, str(err))
-    print(
-        f"completed {stats.completed}, failed {stats.failed}, lost {stats.lost}, "
-        f"timed out {stats.timed_out}"
-    )
+        raise Failure(EXIT_FAILED, str(err)) from err
+    if args.json:
+        _json_out(asdict(stats))
+    else:
+        print(
+            f"completed {stats.completed}, failed {stats.failed}, lost {stats.lost}, "
+            f"timed out {stats.timed_out}"
+        )
     return EXIT_OK
 
 
-def _workers(args: argparse.Namespace, db: redis.Redis) -> int:
-    found = {name: live_workers(db, WorkQueue(KeyPrefix(name))) for name in args.queues}
+def _workers(args: argparse.Namespace, db: Any) -> int:
+    found = {name: live_workers(db, _queue(args, name)) for name in args.queues}
     if args.json:
-        print(json.dumps({name: [w.as_dict() for w in rows] for name, rows in found.items()}))
+        _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK
     header = ("queue", "worker", "pid", "beat", "completed", "failed", "lost")
     table = [header]
@@ -238,29 +496,28 @@ DASHBOARD_AUTH_ENV = "RWQ_DASHBOARD_AUTH"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
+def _dashboard(args: argparse.Namespace, db: Any) -> int:
+    where: Target = args.target
+    if where.kind != "single":
+        raise Failure(EXIT_USAGE, "the dashboard connects by --url only (no cluster or sentinel)")
     try:
         from .dashboard import DashboardSettings, serve  # noqa: PLC0415 (optional extra)
-    except ImportError as err:
-        return _fail(
-            EXIT_USAGE,
-            f"the dashboard needs the dashboard extra: pip install "
-            f"'redis-work-queue[dashboard]' ({err.name or err} is missing)",
-        )
+    except ImportError as err:  # a MissingExtraError, naming the extra
+        raise Failure(EXIT_USAGE, str(err)) from err
     auth_text = args.auth if args.auth is not None else os.environ.get(DASHBOARD_AUTH_ENV)
     auth: tuple[str, str] | None = None
     if auth_text:
         user, sep, password = auth_text.partition(":")
         if not sep or not user or not password:
-            return _fail(EXIT_USAGE, "--auth (or $RWQ_DASHBOARD_AUTH) must be USER:PASSWORD")
+            raise Failure(EXIT_USAGE, "--auth (or $RWQ_DASHBOARD_AUTH) must be USER:PASSWORD")
         auth = (user, password)
-    from .keyprefix import check_queue_name  # noqa: PLC0415 (keeps this command's edit local)
+    from .keyprefix import check_queue_name  # noqa: PLC0415
 
     for name in args.queues:
         check_queue_name(name)
     match = tuple(args.match) if args.match else (() if args.queues else ("*",))
     settings = DashboardSettings(
-        url=args.url,
+        url=where.url or "",
         queues=tuple(args.queues),
         match=match,
         allow_actions=args.allow_actions,
@@ -269,17 +526,48 @@ def _dashboard(args: argparse.Namespace, db: redis.Redis) -> int:
         allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK_NAMES else None,
     )
     mode = "actions enabled" if args.allow_actions else "read-only"
-    print(
-        f"rwq dashboard on http://{args.host}:{args.port}/ ({mode}, "
-        f"basic auth {'on' if auth else 'off'})",
-        flush=True,
-    )
-    serve(settings, host=args.host, port=args.port)
+    listener = _listen(args.host, args.port)  # bound before the URL is shown (port 0: any)
+    port = listener.getsockname()[1]
+    shown = args.host.strip("[]")
+    url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
+    if args.json:
+        _json_out({"serving": url, "actions": args.allow_actions, "auth": auth is not None})
+    else:
+        print(f"rwq dashboard on {url} ({mode}, basic auth {'on' if auth else 'off'})", flush=True)
+    sys.stdout.flush()
+    # The server restores this handler once stopped and raises the signal again: exit 0.
+    signal.signal(signal.SIGTERM, _terminate)
+    serve(settings, host=args.host, port=port, sock=listener)
     return EXIT_OK
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (an IPv6 host with or without brackets)."""
+    bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    try:
+        return socket.create_server((bare, port), family=family)
+    except OSError as err:
+        raise Failure(EXIT_FAILED, f"cannot listen on {host}:{port}: {err}") from err
+
+
 def _demo(args: argparse.Namespace) -> int:
-    return run_demo(url=args.url, items=args.items, workers=args.workers, out=print)
+    from .demo import run_demo  # noqa: PLC0415
+
+    if args.cluster or args.sentinel:
+        raise Failure(EXIT_USAGE, "the demo connects by --url only (or starts its own server)")
+    lines: list[str] = []
+    out: Callable[[str], None] = lines.append if args.json else print
+    try:
+        code = run_demo(url=args.url, items=args.items, workers=args.workers, out=out)
+    except ImportError as err:  # a MissingExtraError: the embedded server's extra is missing
+        raise Failure(EXIT_USAGE, str(err)) from err
+    if args.json:
+        _json_out({"ok": code == 0, "lines": lines})
+    return code
+
+
+# The parser -------------------------------------------------------------------------------------
 
 
 def _clean_secs(text: str) -> float | str:
@@ -291,26 +579,111 @@ def _clean_secs(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return int(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (JSON with ``--json``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _report(EXIT_USAGE, f"{message} (see: {self.prog} --help)", "--json" in sys.argv[1:])
+        raise SystemExit(EXIT_USAGE)
+
+
+def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """The options every command takes, before or after its name.
+
+    On subcommands their default is SUPPRESS, so a value given before the subcommand stands.
+    """
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("connection and output (anywhere on the line)")
+    group.add_argument(
+        "--url",
+        default=default(os.environ.get("REDIS_URL")),
+        help="Redis URL: redis://, rediss:// (TLS), unix://, redis+cluster://, "
+        "redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB] (default: $REDIS_URL; a missing "
+        "password comes from $REDIS_PASSWORD)",
+    )
+    group.add_argument(
+        "--cluster", action="store_true", default=default(False), help="the URL is a cluster node"
+    )
+    group.add_argument(
+        "--sentinel",
+        action="append",
+        metavar="HOST:PORT",
+        default=default(None),
+        help="reach the primary through this sentinel (repeatable; needs --master)",
+    )
+    group.add_argument(
+        "--master", default=default(None), metavar="NAME", help="the Sentinel primary's name"
+    )
+    group.add_argument(
+        "--tls-ca-cert",
+        default=default(None),
+        metavar="PATH",
+        help="verify a TLS (rediss://) server with this CA certificate (PEM) instead of the "
+        "system's; also the URL query ssl_ca_certs=PATH",
+    )
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=default(DEFAULT_TIMEOUT),
+        metavar="SECS",
+        help=f"connect and reply timeout in seconds (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one JSON document on stdout (errors as JSON on stderr)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="log what is done; show tracebacks",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rwq``."""
-    parser = argparse.ArgumentParser(
-        prog="rwq", description="Clean, inspect and demonstrate redis-work-queue queues."
+    parser = _Parser(
+        prog="rwq",
+        description="Clean, inspect, measure and work redis-work-queue queues.",
+        epilog="Exit codes: 0 ok, 1 failed, 2 bad usage, 3 Redis unreachable, 130 interrupted.",
     )
-    parser.add_argument(
-        "--url",
-        default=os.environ.get("REDIS_URL"),
-        help="Redis URL, such as redis://localhost:6379/0 (default: $REDIS_URL)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done")
+    parser.add_argument("--version", action="version", version=f"rwq {_version()}")
+    _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command, kind, text in (
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, **kwargs)
+        _global_options(p, top=False)
+        return p
+
+    for name, kind, text in (
         ("light-clean", "light_clean", "requeue items whose lease expired (run every lease time)"),
         ("deep-clean", "deep_clean", "also recover items lost from both lists (run rarely)"),
     ):
-        p = sub.add_parser(command, help=text, description=text)
+        p = command(name, help=text, description=text)
         p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
-        p.add_argument("--json", action="store_true", help="print one JSON object")
         p.add_argument(
             "--max-deliveries",
             type=int,
@@ -319,18 +692,23 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=_clean(kind))
 
-    p = sub.add_parser(
-        "info", help="queued, leased, expired-awaiting-clean, delayed and dead counts"
-    )
+    p = command("info", help="queued, leased, expired-awaiting-clean, delayed and dead counts")
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_info)
 
-    p = sub.add_parser("metrics", help="the queues' counts in the Prometheus text format")
+    p = command(
+        "metrics",
+        help="the queues' metrics in the Prometheus text format, or served over HTTP",
+        description="Print the queues' metrics (gauges, counters, the job duration histogram) "
+        "in the Prometheus text format, or with --serve answer scrapes over HTTP, reading Redis "
+        "at each scrape (rwq_up 0 while Redis does not answer).",
+    )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("--serve", type=_port, metavar="PORT", help="serve /metrics on PORT")
+    p.add_argument("--bind", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.set_defaults(func=_metrics)
 
-    p = sub.add_parser(
+    p = command(
         "flush",
         help="delete every key of queues (asks first)",
         description="Delete every key of the queues: items in every state, leases, dead letters "
@@ -340,11 +718,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(func=_flush)
 
-    p = sub.add_parser(
+    p = command(
         "dead-letters",
         help="list, requeue or purge a queue's dead letters",
         description="List a queue's dead letters (oldest first), or requeue or purge some or all "
-        "of them.",
+        "of them. Naming ids that are not dead letters exits 1 (the others are still done).",
     )
     p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
     p.add_argument("ids", nargs="*", metavar="ID", help="dead letters to requeue or purge")
@@ -356,10 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="requeue or purge every dead letter")
     p.add_argument("--start", type=int, default=0, help="first to list (default 0)")
     p.add_argument("--count", type=int, default=20, help="how many to list (default 20)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_dead_letters)
 
-    p = sub.add_parser(
+    p = command(
         "worker",
         help="run a handler over queues",
         description="Lease items from the queues (highest priority first) and call HANDLER on "
@@ -377,9 +754,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backoff", type=float, default=1.0, help="first retry delay (default 1)")
     p.add_argument("--max-backoff", type=float, default=300.0, help="longest retry delay")
     p.add_argument(
-        "--timeout",
+        "--job-timeout",
         type=float,
         default=None,
+        metavar="SECS",
         help="give up a job running longer than this: it fails with reason 'timeout'",
     )
     p.add_argument(
@@ -401,16 +779,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
     p.set_defaults(func=_worker)
 
-    p = sub.add_parser(
+    p = command(
         "workers",
         help="list the live workers of queues",
         description="List the workers whose heartbeat has not lapsed, per queue.",
     )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_workers)
 
-    p = sub.add_parser(
+    p = command(
         "dashboard",
         help="serve a web page to watch queues (and, with --allow-actions, act on them)",
         description="Serve a web page showing queues' counts, waiting items, leases, dead "
@@ -426,7 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
         "default '*' when no QUEUE is named)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="port (default 8765; 0: any free)")
     p.add_argument(
         "--allow-actions",
         action="store_true",
@@ -443,7 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_dashboard)
 
-    p = sub.add_parser(
+    p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
         description="Run a producer, worker processes (one of which crashes) and a cleaner on "
@@ -455,6 +832,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Running ----------------------------------------------------------------------------------------
+
+
+def _report(code: int, message: str, as_json: bool) -> int:
+    message = mask(message)
+    if as_json:
+        print(json.dumps({"error": message, "exit": code}), file=sys.stderr)
+    else:
+        print(f"rwq: {message}", file=sys.stderr)
+    return code
+
+
+def _queues_of(args: argparse.Namespace) -> list[str]:
+    if getattr(args, "queues", None):
+        return list(args.queues)
+    return [args.queue] if getattr(args, "queue", None) else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rwq`` and return its exit code."""
     args = build_parser().parse_args(argv)
@@ -462,16 +857,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    db: Any = None
+    where = "Redis"
     try:
-        if args.command == "demo":
-            return _demo(args)
-        db = _connect(args.url)
-        func: Callable[[argparse.Namespace, Any], int] = args.func
-        return func(args, db)
-    except (redis.ConnectionError, redis.TimeoutError) as err:
-        return _fail(EXIT_UNREACHABLE, f"cannot reach Redis at {args.url}: {err}")
-    except (WorkQueueError, redis.RedisError) as err:
-        return _fail(EXIT_FAILED, str(err))
+        try:
+            if args.command == "demo":
+                return _demo(args)
+            found = target(
+                args.url,
+                cluster=args.cluster,
+                sentinels=args.sentinel,
+                master=args.master,
+                tls_ca_cert=args.tls_ca_cert,
+            )
+            where = found.describe()
+            args.target = found
+            db = connect(found, args.timeout)
+            func: Callable[[argparse.Namespace, Any], int] = args.func
+            return func(args, db)
+        except BaseException:
+            if args.verbose:
+                traceback.print_exc()
+            raise
+    except (KeyboardInterrupt, WorkQueueError, redis.RedisError, Failure) as err:
+        return _handle(err, args, db, where)
+
+
+def _handle(err: BaseException, args: argparse.Namespace, db: Any, where: str) -> int:
+    """Report a failure in one line; return its exit code."""
+    code, message = EXIT_FAILED, _one_line(err)
+    if isinstance(err, KeyboardInterrupt):
+        code, message = EXIT_INTERRUPTED, "interrupted"
+    elif isinstance(err, Failure):
+        code, message = err.code, str(err)
+    elif isinstance(err, InvalidArgumentError):
+        code = EXIT_USAGE
+    elif isinstance(err, redis.ConnectionError | redis.TimeoutError):
+        code, message = EXIT_UNREACHABLE, f"cannot reach Redis at {where}: {err}"
+    elif isinstance(err, WrongKeyTypeError) or "WRONGTYPE" in str(err):
+        message = _wrong_type_message(db, err, _queues_of(args))
+    elif any(isinstance(e, MovedError | AskError | ClusterDownError) for e in (err, err.__cause__)):
+        message = (
+            f"{where} is a Redis Cluster node ({_one_line(err)}): pass --cluster, or a "
+            "redis+cluster:// URL"
+        )
+    return _report(code, message, args.json)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import redis
 
+from .extras import extra_needed
 from .item import Item
 from .keyprefix import KeyPrefix
 from .ops import decode
@@ -34,15 +35,10 @@ def embedded_server() -> Iterator[str]:
     """Serve an in-memory Redis (fakeredis with Lua) on a free local port; yield its URL.
 
     Raises:
-        RuntimeError: fakeredis or lupa is not installed.
+        MissingExtraError: fakeredis or lupa is not installed.
     """
-    try:
+    with extra_needed("the embedded server (used when no --url is given)", "embedded"):
         from fakeredis import TcpFakeServer  # noqa: PLC0415 (an optional dependency)
-    except ImportError as err:  # pragma: no cover - depends on the installed extras
-        raise RuntimeError(
-            "the embedded server needs the 'embedded' extra: "
-            "pip install 'redis-work-queue[embedded]' (or pass --url)"
-        ) from err
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redis.exceptions import ConnectionError
+from redis import exceptions as rex
 
 
 class WorkQueueError(Exception):
@@ -25,6 +25,14 @@ class ScriptError(WorkQueueError):
     """A queue script failed on the server for a reason other than a wrong key type."""
 
 
+class LuaSourceError(ScriptError):
+    """The package's Lua could not be assembled: an include is missing, circular or malformed.
+
+    Raised when a script is first loaded, before anything is sent to Redis; the message names the
+    chain of includes that leads to the fault (``lease.lua -> delay.lua -> nope.lua``).
+    """
+
+
 class CrossSlotError(WorkQueueError):
     """Queues that one call must touch together live in different Redis Cluster slots."""
 
@@ -37,8 +45,10 @@ class ReplicationError(WorkQueueError):
     Attributes:
         acked: How many replicas acknowledged the write.
         wanted: How many were asked for.
-        result: What the operation returned for the part that was written (for a batch, the
-            results of the chunks written so far).
+        result: What the operation returned for what was written, set once when the error is
+            made: for one item, its bool (``add_item``: True when it was added; ``complete``:
+            True when this call completed it); for a batch, the list of results of the chunks
+            written so far (``add_items``: flags; ``complete_many``: the items completed).
     """
 
     def __init__(self, acked: int, wanted: int, timeout_ms: int, result: object) -> None:
@@ -51,7 +61,7 @@ class ReplicationError(WorkQueueError):
         self.result = result
 
 
-class OutcomeUnknownError(WorkQueueError, ConnectionError):
+class OutcomeUnknownError(WorkQueueError, rex.ConnectionError):
     """The connection was lost after a write was sent and before its reply came back.
 
     The write may or may not have happened, and it was not sent again (a write that waits for
@@ -83,3 +93,29 @@ class WorkerFailedError(WorkQueueError):
     Examples: a key of the wrong type, a script error from bad state, an authentication or
     permission failure. The original error is the exception's ``__cause__``.
     """
+
+
+#: The name this package is installed under (``pip install redis-work-queue-lua``); the import
+#: name is ``redis_work_queue``.
+DISTRIBUTION = "redis-work-queue-lua"
+
+
+class MissingExtraError(WorkQueueError, ImportError):
+    """An optional module needs packages that are not installed; the message names the extra.
+
+    It is also an ``ImportError``, so code that guards an optional import with
+    ``except ImportError`` still works.
+
+    Attributes:
+        extra: The extra to install (``spark``, ``prometheus``, ``dashboard``, ``embedded``).
+        missing: The module that could not be imported.
+    """
+
+    def __init__(self, feature: str, extra: str, missing: str | None) -> None:
+        super().__init__(
+            f"{feature} needs the '{extra}' extra: pip install '{DISTRIBUTION}[{extra}]'"
+            f" ({missing or 'a dependency'} is missing)",
+            name=missing,
+        )
+        self.extra = extra
+        self.missing = missing

@@ -10,6 +10,7 @@ removes it at once. Each queue's keys stay in that queue's slot (Redis Cluster s
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from . import scripts
 from .keyprefix import QueueKeys
 from .ops import decode
 from .protocol import Command, ScriptCall, Steps, arun, run
-from .workqueue import QueueBase
+from .queue_base import QueueBase
 
 
 @dataclass(frozen=True)
@@ -69,18 +70,29 @@ class WorkerInfo:
 
 
 def heartbeat_steps(
-    keys: QueueKeys, worker_id: str, ttl_ms: int, fields: dict[str, str | int | float]
+    keys: QueueKeys,
+    worker_id: str,
+    ttl_ms: int,
+    fields: dict[str, str | int | float],
+    durations: Mapping[str, int] | None = None,
 ) -> Steps[int]:
-    """Register (or, with ``ttl_ms`` 0, unregister) a worker; returns the live worker count."""
-    args: list[scripts.Arg] = [worker_id, ttl_ms]
-    for name, value in fields.items():
+    """Register (or, with ``ttl_ms`` 0, unregister) a worker; returns the live worker count.
+
+    ``durations`` (histogram field -> increment, see :mod:`.durations`) are added to
+    ``<P>:durations`` in the same call.
+    """
+    deltas = [(name, value) for name, value in (durations or {}).items() if value]
+    args: list[scripts.Arg] = [worker_id, ttl_ms, len(deltas)]
+    for name, value in deltas:
         args += (name, value)
+    for name, field_value in fields.items():
+        args += (name, field_value)
     call = ScriptCall(
         scripts.load("heartbeat"),
         keys.script_keys,
         (*keys.script_args, *args),
         None,
-        (keys.workers, keys.worker(worker_id)),
+        (keys.workers, keys.worker(worker_id), keys.durations),
     )
     return int((yield call))
 

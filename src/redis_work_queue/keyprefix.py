@@ -26,6 +26,8 @@ RESERVED_NAMES = (
     "workers",
     "worker",
     "cleaned",
+    "counts",
+    "durations",
 )
 #: The names under which a queue keeps one key per item (per worker, per Spark batch), found by
 #: pattern (``<prefix>:<name>:*``) by the flush and the deep clean. A queue whose name holds one
@@ -66,12 +68,29 @@ class KeyPrefix:
         self.prefix = prefix
 
     def of(self, name: str) -> str:
-        """Return ``name`` with this prefix in front of it."""
+        """Return ``name`` with this prefix in front of it.
+
+        Raises:
+            InvalidArgumentTypeError: ``name`` is not a str.
+        """
+        if not isinstance(name, str):
+            raise InvalidArgumentTypeError(
+                f"a key name must be a str, not {type(name).__name__}: write .of(str(name))"
+            )
         return self.prefix + name
 
     @classmethod
     def concat(cls, prefix: KeyPrefix, name: str) -> KeyPrefix:
-        """Return a new prefix: ``prefix`` followed by ``name``."""
+        """Return a new prefix: ``prefix`` followed by ``name``.
+
+        Raises:
+            InvalidArgumentTypeError: ``prefix`` is not a KeyPrefix, or ``name`` not a str.
+        """
+        if not isinstance(prefix, KeyPrefix):
+            raise InvalidArgumentTypeError(
+                f"KeyPrefix.concat takes a KeyPrefix first, not {type(prefix).__name__}: "
+                "write KeyPrefix.concat(KeyPrefix(prefix), name)"
+            )
         return cls(prefix.of(name))
 
     def __repr__(self) -> str:
@@ -123,20 +142,26 @@ class QueueKeys:
     (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
     hash ``<prefix>:dead:<id>``. The Spark data source keeps the report of the last write in
     ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
-    ``<prefix>:waiting`` (a sorted set of blocked workers, with an expiry) and ``<prefix>:wake``
-    (a short list) wake workers that block on several queues at once. The worker runner keeps
+    ``<prefix>:waiting`` (a sorted set: each blocked worker -> ms its registration lapses; the key
+    expires with its last registration) and ``<prefix>:wake`` (a short list of wake-up tokens)
+    wake workers that block on several queues at once. The worker runner keeps
     ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean lately),
     ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each live
-    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The names the layout
+    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The scripts count the
+    items that took each path (added, completed, failed, retried, dead, expired, requeued) in the
+    hash ``<prefix>:counts`` (counter name -> number of items). The workers keep a job-duration
+    histogram in ``<prefix>:durations`` (a hash of counters, no expiry). The names the layout
     uses are :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
     """
 
     __slots__ = (
         "cleaned",
+        "counts",
         "dead",
         "dead_prefix",
         "delayed",
         "deliveries",
+        "durations",
         "item_prefix",
         "lease_prefix",
         "prefix",
@@ -177,6 +202,8 @@ class QueueKeys:
         self.cleaned = prefix.of(":cleaned")
         self.workers = prefix.of(":workers")
         self.worker_prefix = prefix.of(":worker:")
+        self.counts = prefix.of(":counts")
+        self.durations = prefix.of(":durations")
         #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
         #: name the other keys from the prefix, as above (see lua/include/queue.lua).
         self.script_keys = (self.queue,)
@@ -236,4 +263,6 @@ class QueueKeys:
             self.spark_write,
             self.cleaned,
             self.workers,
+            self.counts,
+            self.durations,
         )

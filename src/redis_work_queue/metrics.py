@@ -1,22 +1,46 @@
 """Queue metrics for Prometheus: the text exposition format and a ``prometheus_client`` collector.
 
-Each queue gives five gauges, labelled ``queue``: items queued, leased (live leases), expired
-(leases gone, awaiting a light clean), delayed and dead. The main queue is a plain Redis list,
-so autoscalers that read a list's length (such as KEDA's Redis list scaler on
-``<prefix>:queue``) work without these.
+Per queue (label ``queue``), read from Redis at each scrape, so any process can export them:
+
+- gauges ``rwq_queued``, ``rwq_leased``, ``rwq_expired``, ``rwq_delayed``, ``rwq_dead``
+  (:meth:`WorkQueue.stats`); ``rwq_delayed_due`` (delayed items whose due time has passed,
+  at most :data:`DUE_CAP`); ``rwq_work``, the work to do, for autoscalers: queued + delayed
+  due + leased + expired;
+  ``rwq_oldest_waiting_seconds``, the age of the item next to be leased, from the time in its
+  id (only for UUIDv7 ids, the library's own; absent otherwise); ``rwq_delayed_overdue_seconds``,
+  how long ago the earliest delayed item fell due (0 when none is due); ``rwq_workers``, live
+  workers (heartbeats);
+- counters ``rwq_items_<name>_total`` for each field of :class:`QueueCounts` (kept by the
+  scripts in ``<prefix>:counts``);
+- the histogram ``rwq_job_duration_seconds`` (labels ``queue``, ``outcome``) of handler
+  durations, flushed by the workers with their heartbeats (see :mod:`.durations`);
+
+and ``rwq_up``: 1 when Redis answered the scrape, 0 when it did not (then nothing else).
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from redis import Redis
+import redis
 
-from .workqueue import WorkQueue
+from . import scripts
+from .durations import BOUNDS, OUTCOMES, bucket_field, sum_field
+from .extras import extra_needed
+from .ops import QueueCounts, QueueStats, decode, parse_counts
+from .protocol import ScriptCall, Steps, run
 
-#: Metric name suffix -> help text, in QueueStats field order.
+logger = logging.getLogger(__name__)
+
+PREFIX = "rwq_"
+#: ``rwq_delayed_due`` counts at most this many items (it reads their ids).
+DUE_CAP = 10_000
+#: Gauge name suffix -> help text, the first five in QueueStats field order.
 METRICS = {
     "queued": "Items waiting in the main queue.",
     "leased": "Items handed out whose lease is live.",
@@ -24,15 +48,212 @@ METRICS = {
     "delayed": "Items held back until a due time.",
     "dead": "Items in the dead-letter store.",
 }
-PREFIX = "rwq_"
+#: The other gauges of a queue.
+GAUGES = {
+    "delayed_due": "Delayed items whose due time has passed (leased next).",
+    "work": "Work to do: queued + delayed due + leased + expired (for autoscalers).",
+    "oldest_waiting_seconds": "Age of the item next to be leased, from its id's time (UUIDv7).",
+    "delayed_overdue_seconds": "How long ago the earliest delayed item fell due (0: none due).",
+    "workers": "Live workers (registrations whose heartbeat has not lapsed).",
+}
+#: Counter name (without ``_total``) -> help text, one per QueueCounts field.
+COUNTERS = {
+    "items_added": "Items added to the queue.",
+    "items_completed": "Items completed.",
+    "items_failed": "Items released after a failure (retried or buried).",
+    "items_retried": "Items put back for another delivery.",
+    "items_dead": "Items moved to the dead letters.",
+    "items_expired": "Leases found expired by a clean.",
+    "items_requeued": "Dead letters put back in the queue.",
+}
+assert [f"items_{f.name}" for f in fields(QueueCounts)] == list(COUNTERS)
+HISTOGRAM = "job_duration_seconds"
+HISTOGRAM_HELP = "Handler durations measured by the workers, by outcome."
+UP = "up"
+UP_HELP = "1 when Redis answered the last scrape, else 0."
+
+
+@dataclass(frozen=True)
+class QueueMetrics:
+    """Everything exported of one queue, as read at one scrape.
+
+    Attributes:
+        queue: The queue's name (key prefix).
+        stats: Its counts by state.
+        counts: Its counters.
+        durations: Its duration histogram: ``{outcome: (per-bucket counts in BOUNDS order,
+            sum in seconds)}``.
+        delayed_due: Delayed items whose due time has passed.
+        oldest_waiting: Age in seconds of the item next to be leased (None: the queue is empty
+            or that id holds no time).
+        delayed_overdue: Seconds since the earliest delayed item fell due (0 when none is).
+        workers: Live workers.
+    """
+
+    queue: str
+    stats: QueueStats
+    counts: QueueCounts
+    durations: dict[str, tuple[list[int], float]] = field(default_factory=dict)
+    delayed_due: int = 0
+    oldest_waiting: float | None = None
+    delayed_overdue: float = 0.0
+    workers: int = 0
+
+    @property
+    def work(self) -> int:
+        """Work to do: queued + delayed due + leased + expired."""
+        s = self.stats
+        return s.queued + self.delayed_due + s.leased + s.expired
+
+
+def id_time_ms(item_id: str) -> int | None:
+    """The Unix time in ms held by a UUIDv7 id (hex or dashed), else None."""
+    try:
+        parsed = uuid.UUID(item_id)
+    except ValueError:
+        return None
+    if parsed.version != 7:
+        return None
+    return parsed.int >> 80
+
+
+def _pairs(flat: Any) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return {decode(k): decode(v) for k, v in flat.items()}
+    return {decode(k): decode(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
+
+
+def parse_durations(raw: dict[str, str]) -> dict[str, tuple[list[int], float]]:
+    """The histogram of each outcome from the fields of ``<prefix>:durations``."""
+    out: dict[str, tuple[list[int], float]] = {}
+    for outcome in OUTCOMES:
+        counts = [int(raw.get(bucket_field(outcome, bound), 0)) for bound in BOUNDS]
+        out[outcome] = (counts, int(raw.get(sum_field(outcome), 0)) / 1_000_000)
+    return out
+
+
+def read_steps(queue: Any) -> Steps[QueueMetrics]:
+    """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``)."""
+    stats = yield from queue.ops.stats()
+    keys = queue.keys
+    reply = yield ScriptCall(
+        scripts.load("metrics"), keys.script_keys, (*keys.script_args, DUE_CAP), None, keys.fixed()
+    )
+    now, counts, durations, oldest, due, first_due, workers = reply
+    now_ms = int(now)
+    born = id_time_ms(decode(oldest)) if oldest is not None else None
+    overdue = 0.0
+    if first_due is not None and float(first_due) <= now_ms:
+        overdue = (now_ms - float(first_due)) / 1000
+    return QueueMetrics(
+        queue=keys.prefix,
+        stats=stats,
+        counts=parse_counts(counts),
+        durations=parse_durations(_pairs(durations)),
+        delayed_due=int(due),
+        oldest_waiting=None if born is None else max(now_ms - born, 0) / 1000,
+        delayed_overdue=overdue,
+        workers=int(workers),
+    )
+
+
+def read(db: Any, queues: Sequence[Any]) -> list[QueueMetrics]:
+    """Read the metrics of ``queues`` (``WorkQueue``) from ``db``."""
+    return [run(db, read_steps(queue)) for queue in queues]
+
+
+# A neutral model of the families, rendered as text or as prometheus_client families ----------
+
+
+@dataclass
+class Family:
+    """One metric family: its name (without ``rwq_``), type, help and samples."""
+
+    name: str
+    kind: str  # gauge | counter | histogram
+    help: str
+    #: (sample name suffix, labels, value); the suffix is "" for gauges, "_total" for counters.
+    samples: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+
+
+def _gauge(m: QueueMetrics, name: str) -> float | None:
+    values: dict[str, float | None] = {
+        "delayed_due": m.delayed_due,
+        "work": m.work,
+        "oldest_waiting_seconds": m.oldest_waiting,
+        "delayed_overdue_seconds": m.delayed_overdue,
+        "workers": m.workers,
+    }
+    return values[name]
+
+
+def families(found: Sequence[QueueMetrics] | None) -> list[Family]:
+    """The metric families of a scrape; ``found`` None means Redis did not answer."""
+    up = Family(UP, "gauge", UP_HELP, [("", {}, 0.0 if found is None else 1.0)])
+    if found is None:
+        return [up]
+    out: list[Family] = []
+    for name, text in METRICS.items():
+        fam = Family(name, "gauge", text)
+        fam.samples = [("", {"queue": m.queue}, float(asdict(m.stats)[name])) for m in found]
+        out.append(fam)
+    for name, text in GAUGES.items():
+        fam = Family(name, "gauge", text)
+        for m in found:
+            value = _gauge(m, name)
+            if value is not None:
+                fam.samples.append(("", {"queue": m.queue}, value))
+        out.append(fam)
+    for name, text in COUNTERS.items():
+        fam = Family(name, "counter", text)
+        counter = name.removeprefix("items_")
+        fam.samples = [
+            ("_total", {"queue": m.queue}, float(getattr(m.counts, counter))) for m in found
+        ]
+        out.append(fam)
+    hist = Family(HISTOGRAM, "histogram", HISTOGRAM_HELP)
+    for m in found:
+        for outcome, (counts, total) in m.durations.items():
+            labels = {"queue": m.queue, "outcome": outcome}
+            running = 0
+            for bound, count in zip(BOUNDS, counts, strict=True):
+                running += count
+                hist.samples.append(("_bucket", {**labels, "le": bound}, float(running)))
+            hist.samples.append(("_count", labels, float(running)))
+            hist.samples.append(("_sum", labels, total))
+    out.append(hist)
+    out.append(up)
+    return out
 
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def collect(db: Redis, queues: Sequence[WorkQueue]) -> dict[str, dict[str, int]]:
-    """Every metric of every queue: ``{metric: {queue name: value}}``."""
+def _number(value: float) -> str:
+    value = float(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(int(value)) if value.is_integer() else repr(value)
+
+
+def render_families(found: Sequence[Family]) -> str:
+    """The Prometheus text exposition format (0.0.4) of metric families."""
+    lines: list[str] = []
+    for fam in found:
+        metric = PREFIX + fam.name + ("_total" if fam.kind == "counter" else "")
+        lines += [f"# HELP {metric} {fam.help}", f"# TYPE {metric} {fam.kind}"]
+        for suffix, labels, value in fam.samples:
+            name = PREFIX + fam.name + suffix
+            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(
+                f"{name}{{{text}}} {_number(value)}" if text else f"{name} {_number(value)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def collect(db: Any, queues: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """The five state gauges of every queue: ``{metric: {queue name: value}}``."""
     values: dict[str, dict[str, int]] = {name: {} for name in METRICS}
     for queue in queues:
         for name, value in asdict(queue.stats(db)).items():
@@ -40,18 +261,16 @@ def collect(db: Redis, queues: Sequence[WorkQueue]) -> dict[str, dict[str, int]]
     return values
 
 
-def render(db: Redis, queues: Sequence[WorkQueue]) -> str:
-    """The Prometheus text exposition format of the queues' metrics."""
-    lines = []
-    for name, by_queue in collect(db, queues).items():
-        metric = PREFIX + name
-        lines += [f"# HELP {metric} {METRICS[name]}", f"# TYPE {metric} gauge"]
-        lines += [f'{metric}{{queue="{_label(q)}"}} {v}' for q, v in by_queue.items()]
-    return "\n".join(lines) + "\n"
+def render(db: Any, queues: Sequence[Any]) -> str:
+    """The Prometheus text exposition format of the queues' metrics (one read)."""
+    return render_families(families(read(db, queues)))
 
 
 class QueueCollector:
     """A ``prometheus_client`` collector of the queues' metrics, read at each scrape.
+
+    When Redis does not answer, a scrape gives ``rwq_up 0`` alone; the first failed scrape of
+    an outage is logged as a WARNING, the recovery as INFO.
 
     Example:
         >>> from prometheus_client import REGISTRY  # doctest: +SKIP
@@ -62,20 +281,87 @@ class QueueCollector:
         queues: The queues to report.
     """
 
-    def __init__(self, db: Redis, queues: Sequence[WorkQueue]) -> None:
+    def __init__(self, db: Any, queues: Sequence[Any]) -> None:
+        with extra_needed("QueueCollector", "prometheus"):
+            import prometheus_client  # noqa: F401, PLC0415 (optional: checked up front)
+
         self.db = db
         self.queues = list(queues)
+        self._down = False
+
+    def read(self) -> list[QueueMetrics] | None:
+        """The queues' metrics, or None (logged once per outage) when Redis did not answer."""
+        try:
+            found = read(self.db, self.queues)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
+            if not self._down:
+                logger.warning("cannot read the queues' metrics (rwq_up 0 until it can): %s", err)
+            self._down = True
+            return None
+        if self._down:
+            logger.info("reading the queues' metrics again")
+        self._down = False
+        return found
 
     def collect(self) -> Iterator[Any]:
-        """Yield one gauge family per metric (called by ``prometheus_client`` at each scrape)."""
-        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415 (optional)
+        """Yield the metric families (called by ``prometheus_client`` at each scrape)."""
+        from prometheus_client.core import (  # noqa: PLC0415 (optional extra)
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
-        for name, by_queue in collect(self.db, self.queues).items():
-            family = GaugeMetricFamily(PREFIX + name, METRICS[name], labels=["queue"])
-            for queue, value in by_queue.items():
-                family.add_metric([queue], value)
+        for fam in families(self.read()):
+            name = PREFIX + fam.name
+            if fam.kind == "histogram":
+                hist = HistogramMetricFamily(name, fam.help, labels=["queue", "outcome"])
+                by_labels: dict[tuple[str, str], list[tuple[str, float]]] = {}
+                sums: dict[tuple[str, str], float] = {}
+                for suffix, labels, value in fam.samples:
+                    key = (labels["queue"], labels["outcome"])
+                    if suffix == "_bucket":
+                        by_labels.setdefault(key, []).append((labels["le"], value))
+                    elif suffix == "_sum":
+                        sums[key] = value
+                for key, buckets in by_labels.items():
+                    hist.add_metric(list(key), buckets, sums.get(key, 0.0))
+                yield hist
+                continue
+            label_names = sorted({k for _, labels, _ in fam.samples for k in labels})
+            family: Any
+            if fam.kind == "counter":
+                family = CounterMetricFamily(name, fam.help, labels=label_names)
+            else:
+                family = GaugeMetricFamily(name, fam.help, labels=label_names)
+            for _, labels, value in fam.samples:
+                family.add_metric([labels[k] for k in label_names], value)
             yield family
 
     def describe(self) -> list[Any]:
         """Nothing to describe ahead of a scrape (metrics are read live)."""
         return []
+
+
+def serve(db: Any, queues: Sequence[Any], port: int, bind: str = "127.0.0.1") -> tuple[Any, Any]:
+    """Serve the queues' metrics over HTTP for Prometheus (``/metrics``, or any path).
+
+    Redis is read at each scrape (one stats read and one script call per queue). The server
+    runs in a daemon thread; the caller keeps the process alive.
+
+    Args:
+        db: The Redis client.
+        queues: The queues to report.
+        port: The TCP port to listen on (0: any free port).
+        bind: The address to bind (default loopback only).
+
+    Returns:
+        The WSGI server (``server.server_port`` is the port bound) and its thread.
+
+    Raises:
+        ImportError: ``prometheus_client`` is missing (the ``prometheus`` extra).
+    """
+    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(db, queues))
+    return start_http_server(port, addr=bind, registry=registry)

@@ -6,27 +6,93 @@ This module builds script arguments and parses replies; it never talks to Redis 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from enum import IntEnum
 from typing import Any
 
 from . import cleaning, cluster, scripts
 from .cleaning import CleanReport
-from .errors import InvalidArgumentError, OutcomeUnknownError, ReplicationError
+from .clients import Reply, max_block
+from .errors import (
+    InvalidArgumentTypeError,
+    OutcomeUnknownError,
+    ReplicationError,
+)
 from .item import Item
 from .keyprefix import QueueKeys
-from .protocol import Command, ScriptCall, Sleep, Steps
+from .lease import (
+    LEASE_BUDGET,
+    LEASE_CHUNK,
+    TICK_SECS,
+    WAIT_SLICE_SECS,
+    LeasePlan,
+    LeaseRequest,
+    lease_items,
+)
+from .protocol import Command, ScriptCall, Steps
+from .results import (
+    DeadLetter,
+    FlushReport,
+    PendingItem,
+    QueueCounts,
+    QueuedItem,
+    QueueStats,
+    Released,
+)
+from .validation import (
+    MAX_SECS,
+    check_item,
+    check_max_deliveries,
+    check_page,
+    check_replicas,
+    decode,
+    held_token,
+    new_token,
+    to_ms,
+    when_due,
+)
 
 logger = logging.getLogger("redis_work_queue")
 
-#: Ids a lease call may drop or bury before handing control back (and due delayed items it
-#: promotes): BUDGET in lua/lease.lua.
-LEASE_BUDGET = 100
+#: What this module names for other modules: its own operations, and (re-exported) the results
+#: and checks that used to live here.
+__all__ = [
+    "ADD_CHUNK",
+    "ADD_CHUNK_BYTES",
+    "COMPLETE_CHUNK",
+    "DEAD_CHUNK",
+    "FLUSH_CHUNK",
+    "LEASE_BUDGET",
+    "LEASE_CHUNK",
+    "MAX_SECS",
+    "SCAN_COUNT",
+    "STATS_CHUNK",
+    "TICK_SECS",
+    "WAIT_SLICE_SECS",
+    "DeadLetter",
+    "FlushReport",
+    "LeasePlan",
+    "LeaseRequest",
+    "PendingItem",
+    "QueueCounts",
+    "QueueOps",
+    "QueueStats",
+    "QueuedItem",
+    "Released",
+    "check_item",
+    "check_max_deliveries",
+    "check_page",
+    "check_replicas",
+    "decode",
+    "held_token",
+    "lease_items",
+    "max_block",
+    "new_token",
+    "parse_counts",
+    "to_ms",
+    "when_due",
+]
+
 #: The COUNT hint of each SCAN step of a flush.
 SCAN_COUNT = 1000
 #: Dead letters requeued or purged per script call.
@@ -34,8 +100,6 @@ DEAD_CHUNK = 500
 #: Items added per script call, and the most bytes of data one call carries.
 ADD_CHUNK = 500
 ADD_CHUNK_BYTES = 4 << 20
-#: Items leased per script call by lease_many.
-LEASE_CHUNK = 500
 #: Items completed per script call.
 COMPLETE_CHUNK = 500
 #: Processing-list entries whose lease one stats call checks.
@@ -43,247 +107,17 @@ STATS_CHUNK = 2000
 #: Keys one flush step deletes.
 FLUSH_CHUNK = 1000
 
-_AGAIN = -2
-#: Redis checks the timeouts of blocked clients on its own clock tick (100 ms at the default
-#: hz 10), so a waiting worker wakes for a delayed item by blocking until shortly before it is
-#: due and then sleeping locally for the rest: it gets the item within a few ms of its due time.
-TICK_SECS = 0.11
-#: The longest single blocking wait of a worker, whatever the timeout asked. A worker of
-#: another implementation blocked on the same main queue may take the wake-up meant for ours
-#: (see ``schedule`` in ``lua/include/delay.lua``); ours then still looks again within this
-#: time. A worker's registration in ``P:waiting`` lapses one second after its wait ends, so
-#: a worker killed while waiting leaves no trace after two.
-WAIT_SLICE_SECS = 1.0
 
-
-@dataclass(frozen=True)
-class QueueStats:
-    """A queue's counts (as of one moment per field; they are read in bounded steps).
-
-    Attributes:
-        queued: Ids in the main queue, waiting to be leased.
-        leased: Items on the processing list with a live lease.
-        expired: Items on the processing list whose lease is gone: awaiting a light clean.
-        delayed: Items held back until a due time.
-        dead: Items in the dead-letter store.
-    """
-
-    queued: int
-    leased: int
-    expired: int
-    delayed: int
-    dead: int
-
-
-@dataclass(frozen=True)
-class QueuedItem:
-    """An item waiting in the main queue, as seen by :meth:`WorkQueue.peek`.
-
-    Attributes:
-        position: 0 for the next item to be leased, 1 for the one after, and so on.
-        id: The item's id.
-        data: Its data, or None when the id is a leftover of an item that no longer exists.
-    """
-
-    position: int
-    id: str
-    data: bytes | None
-
-
-@dataclass(frozen=True)
-class PendingItem:
-    """An entry of the processing list, as seen by :meth:`WorkQueue.pending`.
-
-    Attributes:
-        id: The item's id.
-        deliveries: How many times it has been handed out.
-        leased_at: When the current lease was taken (seconds since the epoch), when known.
-        lease_left: Seconds left on the lease; None when the lease is gone (expired, awaiting a
-            light clean).
-        lease_token: The current lease value, or None.
-    """
-
-    id: str
-    deliveries: int
-    leased_at: float | None
-    lease_left: float | None
-    lease_token: str | None
-
-    @property
-    def expired(self) -> bool:
-        """True when the lease is gone and the item awaits a light clean."""
-        return self.lease_left is None
-
-
-@dataclass(frozen=True)
-class FlushReport:
-    """What a flush removed.
-
-    Attributes:
-        keys: How many keys were deleted in all.
-        items: How many of them were item data keys.
-    """
-
-    keys: int
-    items: int
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """An item that was delivered ``max_deliveries`` times without being completed.
-
-    Attributes:
-        id: The item's id.
-        data: The item's data.
-        deliveries: How many times it was handed out.
-        reason: The reason given with its last release, or ``"lease expired"``.
-        died_at: When it was moved to the dead-letter store (seconds since the epoch).
-    """
-
-    id: str
-    data: bytes
-    deliveries: int
-    reason: str
-    died_at: float
-
-    def item(self) -> Item:
-        """The dead letter as an :class:`Item` (same id and data)."""
-        return Item(self.data, id=self.id)
-
-
-class Released(IntEnum):
-    """What a release did (the reply of ``lua/release.lua``)."""
-
-    #: The caller did not hold the lease (or the item no longer exists): nothing changed.
-    NOT_HELD = 0
-    #: The item went back to the queue, or to the delayed set for a retry.
-    REQUEUED = 1
-    #: It was on its last allowed delivery: it went to the dead letters instead.
-    BURIED = 2
-
-
-#: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
-MAX_SECS = 10**9
-
-
-def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
-    """Validate a duration in seconds and convert it to whole milliseconds.
-
-    Raises:
-        InvalidArgumentError: It is not a finite number of at least ``minimum`` ms and at most
-            ``MAX_SECS`` seconds.
-    """
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidArgumentError(
-            f"{what} must be a number of seconds, not {type(seconds).__name__}"
-        )
-    if not math.isfinite(seconds) or seconds < 0 or (minimum > 0 and seconds <= 0):
-        kind = "positive" if minimum > 0 else "zero or positive"
-        raise InvalidArgumentError(f"{what} must be {kind} and finite, got {seconds!r}")
-    if seconds > MAX_SECS:
-        raise InvalidArgumentError(f"{what} must be at most {MAX_SECS} seconds, got {seconds!r}")
-    ms = round(seconds * 1000)
-    if ms < minimum:
-        raise InvalidArgumentError(f"{what} must be at least {minimum / 1000}, got {seconds!r}")
-    return ms
-
-
-def check_max_deliveries(value: int | None) -> int:
-    """Validate ``max_deliveries``; 0 stands for no limit in the scripts.
-
-    Raises:
-        InvalidArgumentError: It is not None or a positive int.
-    """
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"max_deliveries must be a positive int or None, got {value!r}")
-    return value
-
-
-def max_block(db: Any) -> float:
-    """The longest single blocking wait that fits in ``db``'s socket timeout."""
-    socket_timeout = _connection_kwargs(db).get("socket_timeout")
-    if not socket_timeout:
-        return 60.0
-    return max(float(socket_timeout) / 2, 0.01)
-
-
-def _connection_kwargs(db: Any) -> dict[str, Any]:
-    pool = getattr(db, "connection_pool", None)
-    if pool is None and hasattr(db, "get_default_node"):  # Redis Cluster: ask one node
-        node = db.get_default_node()
-        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", node)
-    kwargs = getattr(pool, "connection_kwargs", None)
-    return kwargs if isinstance(kwargs, dict) else {}
-
-
-def check_replicas(value: int) -> int:
-    """Validate a number of replicas to wait for.
-
-    Raises:
-        InvalidArgumentError: It is not an int of at least 0.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(f"replicas must be an int >= 0, got {value!r}")
-    return value
-
-
-def new_token() -> str:
-    """A fresh lease token: 96 random bits (unique, not secret: it names a lease).
-
-    The ``random`` module reseeds itself in a forked child, so forked workers never share
-    tokens.
-    """
-    return f"{random.getrandbits(96):024x}"
-
-
-def decode(raw: bytes | str) -> str:
-    """Decode an id or text read from Redis; bytes that are not UTF-8 survive a round trip."""
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", "surrogateescape")
-    return raw
-
-
-def check_item(item: object) -> Item:
-    """Return ``item`` if it is an :class:`Item`.
-
-    Raises:
-        InvalidArgumentError: It is not.
-    """
-    if not isinstance(item, Item):
-        raise InvalidArgumentError(f"expected an Item, got {type(item).__name__}")
-    # An item is a dict, so its two keys can be changed after it was made.
-    item_id, data = item.get("id"), item.get("data")
-    if type(item_id) is not str or not isinstance(data, bytes):
-        raise InvalidArgumentError(
-            f"an item needs item['id'] a str and item['data'] bytes; got "
-            f"{type(item_id).__name__} and {type(data).__name__} (make it with Item(data, id))"
-        )
-    return item
-
-
-def held_token(item: object) -> tuple[Item, str]:
-    """Return a leased item and its lease token.
-
-    Raises:
-        InvalidArgumentError: It is not an Item, or it was not leased by this library.
-    """
-    item = check_item(item)
-    if item.lease_token is None:
-        raise InvalidArgumentError(f"item {item.id()!r} carries no lease token: it was not leased")
-    return item, item.lease_token
-
-
-def when_due(delay: float | datetime | None) -> tuple[int, int]:
-    """Turn a delay (seconds from now, or an aware datetime) into (delay ms, due ms)."""
-    if delay is None:
-        return 0, 0
-    if isinstance(delay, datetime):
-        if delay.tzinfo is None:
-            raise InvalidArgumentError("a due time must be a timezone-aware datetime")
-        return 0, max(round(delay.timestamp() * 1000), 1)
-    return to_ms(delay, "delay", minimum=0), 0
+def parse_counts(reply: Any) -> QueueCounts:
+    """A :class:`QueueCounts` from ``HGETALL <prefix>:counts`` (RESP2 list or RESP3 dict)."""
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+    known = set(QueueCounts.__dataclass_fields__)
+    found: dict[str, int] = {}
+    for raw_name, raw_value in pairs:
+        name = decode(raw_name)
+        if name in known:
+            found[name] = int(raw_value)
+    return QueueCounts(**found)
 
 
 def _add_chunks(items: Sequence[Item]) -> Iterator[Sequence[Item]]:
@@ -343,7 +177,7 @@ class QueueOps:
         # Ready-made parts of the hot calls.
         self._add = scripts.load("add")
         self._complete = scripts.load("complete")
-        self._add_unique = (keys.prefix, "1", 0, 0, 0)
+        self._add_unchecked = (keys.prefix, "1", 0, 0, 0)
         self._add_checked = (keys.prefix, "0", 0, 0, 0)
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.
@@ -374,7 +208,7 @@ class QueueOps:
         return (wanted, self.replica_timeout_ms) if wanted else None
 
     @staticmethod
-    def _check_acked(wait: tuple[int, int] | None, reply: Any, done: object) -> Any:
+    def _check_acked(wait: tuple[int, int] | None, reply: Reply, done: object) -> Reply:
         """Split a reply of a call made with ``wait``; raise when too few replicas acked."""
         if wait is None:
             return reply
@@ -388,18 +222,18 @@ class QueueOps:
     def add_call(
         self,
         items: Sequence[Item],
-        unique: bool,
+        skip_check: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
         wait: tuple[int, int] | None = None,
     ) -> ScriptCall:
-        """The one call that adds ``items`` (checking that each id is new unless ``unique``)."""
+        """The one call that adds ``items``, checking that each id is new unless ``skip_check``."""
         delay_ms, due_ms = when_due(delay)
         ttl_ms = 0 if ttl is None else to_ms(ttl, "ttl")
         fields: list[scripts.Arg] = []
         for item in items:
             fields += (item.id(), item.data())
-        flag = "1" if unique else "0"
+        flag = "1" if skip_check else "0"
         return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
     def queue_add_on(self, pipeline: Any, item: Item) -> None:
@@ -413,7 +247,7 @@ class QueueOps:
             CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
                 (nothing has been queued).
         """
-        call = self.add_call([check_item(item)], unique=True)
+        call = self.add_call([check_item(item)], skip_check=True)
         cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
         call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
         pipeline.execute_command("LLEN", self.keys.queue)
@@ -421,31 +255,39 @@ class QueueOps:
     def add(
         self,
         items: Iterable[Item],
-        unique: bool,
+        skip_check: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        *,
+        one: bool = False,
     ) -> Steps[list[bool]]:
-        """Add items, in chunks; one flag per item, True when it was added."""
+        """Add items, in chunks; one flag per item, True when it was added.
+
+        With ``one`` (a single item), a :class:`ReplicationError` carries that item's flag as
+        its result and an :class:`OutcomeUnknownError` carries None; otherwise both carry the
+        flags of the chunks written before.
+        """
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
-        self.add_call([], unique, delay, ttl)  # validates the options before anything is sent
+        self.add_call([], skip_check, delay, ttl)  # validates the options before sending
         added: list[bool] = []
         for chunk in _add_chunks(checked):
             try:
-                reply = yield self.add_call(chunk, unique, delay, ttl, wait)
+                reply: Reply = yield self.add_call(chunk, skip_check, delay, ttl, wait)
             except OutcomeUnknownError as err:
-                err.result = added
+                if not one:
+                    err.result = added
                 raise
-            flags = reply if wait is None else reply[0]
+            flags: list[int] = reply if wait is None else reply[0]
             added += (bool(flag) for flag in flags)
-            self._check_acked(wait, reply, added)
+            self._check_acked(wait, reply, added[0] if one else added)
         return added
 
     def add_one(
         self,
         item: Item,
-        unique: bool,
+        skip_check: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
@@ -454,21 +296,12 @@ class QueueOps:
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
-            head = self._add_unique if unique else self._add_checked
+            head = self._add_unchecked if skip_check else self._add_checked
             args = (*head, item.id(), item.data())
             return bool(
                 (yield ScriptCall(self._add, self.script_keys, args, None, self.slot_keys))[0]
             )
-        try:
-            added = yield from self.add([item], unique, delay, ttl, replicas)
-        except ReplicationError as err:
-            err.result = (
-                bool(err.result[0]) if isinstance(err.result, list) and err.result else False
-            )
-            raise
-        except OutcomeUnknownError as err:
-            err.result = None  # one item: nothing is known
-            raise
+        added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
         return added[0]
 
     # Leasing ----------------------------------------------------------------------------------
@@ -483,9 +316,15 @@ class QueueOps:
         count: int = 1,
     ) -> Steps[list[Item]]:
         """Lease up to ``count`` items; see ``WorkQueue.lease``."""
-        leased = yield from lease_steps(
-            [self], lease_secs, block, timeout, at_most_once, max_block, count
+        request = LeaseRequest.of(
+            lease_secs,
+            block=block,
+            timeout=timeout,
+            at_most_once=at_most_once,
+            max_block=max_block,
+            count=count,
         )
+        leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
     def lease_one(
@@ -526,7 +365,7 @@ class QueueOps:
         extra: tuple[str, ...] = ()
         if reason is not None:
             if not isinstance(reason, str):
-                raise InvalidArgumentError(f"reason must be a str, not {type(reason).__name__}")
+                raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
             extra = (reason,)
         flag = "1" if undo else "0"
         call = self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
@@ -534,20 +373,28 @@ class QueueOps:
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, items: Iterable[Item], replicas: int | None = None) -> Steps[list[Item]]:
-        """Complete items; returns those this call completed."""
+    def complete(
+        self, items: Iterable[Item], replicas: int | None = None, *, one: bool = False
+    ) -> Steps[list[Item]]:
+        """Complete items; returns those this call completed.
+
+        With ``one`` (a single item), a :class:`ReplicationError` carries a bool as its result
+        (True when this call completed it) and an :class:`OutcomeUnknownError` carries None;
+        otherwise both carry the items of the chunks completed before.
+        """
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
             try:
-                reply = yield self._call("complete", *(item.id() for item in chunk), wait=wait)
+                reply: Reply = yield self._call("complete", *(i.id() for i in chunk), wait=wait)
             except OutcomeUnknownError as err:
-                err.result = done
+                if not one:
+                    err.result = done
                 raise
-            flags = reply if wait is None else reply[0]
+            flags: list[int] = reply if wait is None else reply[0]
             done += (item for item, flag in zip(chunk, flags, strict=True) if flag)
-            self._check_acked(wait, reply, done)
+            self._check_acked(wait, reply, bool(done) if one else done)
         return done
 
     def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
@@ -558,14 +405,7 @@ class QueueOps:
             return bool(
                 (yield ScriptCall(self._complete, self.script_keys, args, None, self.slot_keys))[0]
             )
-        try:
-            done = yield from self.complete([item], replicas)
-        except ReplicationError as err:
-            err.result = bool(err.result)
-            raise
-        except OutcomeUnknownError as err:
-            err.result = None  # one item: nothing is known
-            raise
+        done = yield from self.complete([item], replicas, one=True)
         return bool(done)
 
     # Cleaning ---------------------------------------------------------------------------------
@@ -596,12 +436,13 @@ class QueueOps:
 
     def stats(self) -> Steps[QueueStats]:
         """The queue's counts; the processing list is checked in chunks."""
-        start = live = examined = 0
+        start = live = examined = gone = 0
         while True:
-            reply = yield self._call("stats", start, start + STATS_CHUNK - 1)
-            queued, processing, delayed, dead, seen, alive = (int(v) for v in reply)
+            reply: list[int] = yield self._call("stats", start, start + STATS_CHUNK - 1)
+            queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply)
             examined += seen
             live += alive
+            gone += done  # entries of completed items, awaiting a light clean
             start += STATS_CHUNK
             if seen < STATS_CHUNK or start >= processing:
                 break
@@ -609,14 +450,19 @@ class QueueOps:
         return QueueStats(
             queued=queued,
             leased=leased,
-            expired=max(processing - leased, 0),
+            expired=max(processing - leased - gone, 0),
             delayed=delayed,
             dead=dead,
         )
 
+    def counts(self) -> Steps[QueueCounts]:
+        """The queue's counters (one HGETALL); see ``WorkQueue.counts``."""
+        key = self.keys.counts
+        return parse_counts((yield Command(("HGETALL", key), route=key, slot_keys=(key,))))
+
     def peek(self, start: int, count: int) -> Steps[list[QueuedItem]]:
         """A page of the main queue, in leasing order; see ``WorkQueue.peek``."""
-        _check_page(start, count)
+        check_page(start, count)
         # Position p (0 = next to be leased) is list index -(p + 1); negative positions count
         # from the newest item, which is list index 0.
         if start >= 0:
@@ -633,12 +479,12 @@ class QueueOps:
 
     def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
         """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
-        _check_page(start, count)
+        check_page(start, count)
         if start >= 0:
             first, last = -(start + count), -(start + 1)
         else:
             first, last = max(-start - count, 0), -start - 1
-        rows = yield self._call("pending", first, last)
+        rows: list[list[Reply]] = yield self._call("pending", first, last)
         out = []
         for raw_id, deliveries, lease, pttl in reversed(rows):
             token, leased_at = _parse_token(lease)
@@ -646,8 +492,11 @@ class QueueOps:
             out.append(PendingItem(decode(raw_id), int(deliveries), leased_at, left, token))
         return out
 
-    def flush(self) -> Steps[FlushReport]:
-        """Delete every key of the queue, in chunks; see ``WorkQueue.flush``."""
+    def flush(self, progress: Callable[[int], None] | None = None) -> Steps[FlushReport]:
+        """Delete every key of the queue, in chunks; see ``WorkQueue.flush``.
+
+        ``progress``, if given, is called with the number of keys deleted so far after each chunk.
+        """
         keys = self.keys
         removed = items = 0
         for pattern in keys.patterns():
@@ -657,7 +506,11 @@ class QueueOps:
                     removed += gone
                     if pattern == keys.item_pattern():
                         items += gone
+                    if progress is not None:
+                        progress(removed)
         removed += int((yield Command(("UNLINK", *keys.fixed()))))
+        if progress is not None:
+            progress(removed)
         report = FlushReport(keys=removed, items=items)
         logger.info("flushed %s: %s", keys.prefix, report)
         return report
@@ -666,201 +519,50 @@ class QueueOps:
 
     def dead_letters(self, start: int, count: int) -> Steps[list[DeadLetter]]:
         """One page of dead letters, oldest first."""
-        _check_page(start, count)
+        check_page(start, count)
         stop = start + count - 1
         if start < 0 <= stop:
             stop = -1
-        rows = yield self._call("dead_letters", start, stop)
+        rows: list[list[Reply]] = yield self._call("dead_letters", start, stop)
         return [
             DeadLetter(decode(i), data, int(n), decode(reason), int(ms) / 1000)
             for i, data, n, reason, ms in rows
         ]
 
-    def _dead_action(self, name: str, ids: Iterable[str] | None) -> Steps[int]:
+    def _dead_action(
+        self, name: str, ids: Iterable[str] | None, progress: Callable[[int], None] | None
+    ) -> Steps[int]:
         done = 0
         if ids is None:
             while True:
                 moved, missed = (int(v) for v in (yield self._call(name, "oldest", DEAD_CHUNK)))
                 done += moved
+                if progress is not None:
+                    progress(done)
                 if moved + missed < DEAD_CHUNK or moved == 0:
                     return done
         for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
             moved, _ = yield self._call(name, "ids", *chunk)
             done += int(moved)
+            if progress is not None:
+                progress(done)
         return done
 
-    def requeue_dead(self, ids: Iterable[str] | None) -> Steps[int]:
-        """Requeue dead letters (all when ``ids`` is None); returns how many."""
-        return (yield from self._dead_action("requeue_dead", ids))
+    def requeue_dead(
+        self, ids: Iterable[str] | None, progress: Callable[[int], None] | None = None
+    ) -> Steps[int]:
+        """Requeue dead letters (all when ``ids`` is None); returns how many.
+
+        ``progress``, if given, is called with the number requeued so far after each chunk.
+        """
+        return (yield from self._dead_action("requeue_dead", ids, progress))
 
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""
-        return (yield from self._dead_action("purge_dead", ids))
+        return (yield from self._dead_action("purge_dead", ids, None))
 
     # Counting ---------------------------------------------------------------------------------
 
     def length(self, key: str, kind: str = "LLEN") -> Steps[int]:
         """The length of one of the queue's keys."""
         return int((yield Command((kind, key))))
-
-
-def _check_page(start: int, count: int) -> None:
-    if isinstance(start, bool) or not isinstance(start, int):
-        raise InvalidArgumentError(f"start must be an int, got {start!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
-
-
-class LeasePlan:
-    """The fixed parts of the lease calls over one list of queues (built once per queue)."""
-
-    __slots__ = ("keys", "limits", "prefix_args", "queues", "slot_keys")
-
-    def __init__(self, queues: Sequence[QueueOps]) -> None:
-        self.queues = tuple(queues)
-        self.keys = tuple(k for q in queues for k in q.script_keys)
-        self.prefix_args = tuple(a for q in queues for a in q.script_args)
-        self.slot_keys = tuple(k for q in queues for k in q.slot_keys)
-        self.limits = tuple(q.max_deliveries for q in queues)
-
-    def lease(
-        self,
-        ms: int,
-        token: str,
-        once: str,
-        want: int,
-        flag_ms: int = 0,
-        who: str = "",
-        registered: bool = False,
-    ) -> ScriptCall:
-        """The lease script call (see lua/lease.lua)."""
-        args: tuple[scripts.Arg, ...] = (
-            *self.prefix_args,
-            ms,
-            token,
-            once,
-            want,
-            flag_ms,
-            who,
-            "1" if registered else "0",
-            *self.limits,
-        )
-        return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
-
-    def claim(self, ms: int, token: str, once: str, moved: bytes, who: str) -> ScriptCall:
-        """The claim script call (see lua/claim.lua); one queue only."""
-        args: tuple[scripts.Arg, ...] = (
-            *self.prefix_args,
-            ms,
-            token,
-            once,
-            moved,
-            who,
-            self.limits[0],
-        )
-        return ScriptCall(scripts.load("claim"), self.keys, args, None, self.slot_keys)
-
-
-def lease_steps(
-    queues: Sequence[QueueOps],
-    lease_secs: float,
-    block: bool,
-    timeout: float,
-    at_most_once: bool,
-    max_block: float,
-    count: int,
-) -> Steps[list[tuple[int, Item]]]:
-    """Lease up to ``count`` items from ``queues`` in priority order; (queue index, item) pairs.
-
-    One queue blocks with BRPOPLPUSH and a claim. Several queues (which must share one script
-    call) block on their wake lists: the lease script, finding nothing, registers the worker with
-    the queues, and every script that pushes onto a queue with a registered worker also pushes a
-    wake-up token. A wake-up carries no item, so a worker that dies while waiting loses nothing.
-    A delayed item that falls due before the others also wakes a waiting worker (see
-    ``schedule`` in ``lua/include/delay.lua``), which then waits for the new due time.
-    """
-    if type(count) is not int or count < 1:
-        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
-    ms = to_ms(lease_secs, "lease_secs")
-    once = "1" if at_most_once else "0"
-    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
-    if not block:
-        token = new_token()
-        while True:
-            reply = yield plan.lease(ms, token, once, min(count, LEASE_CHUNK))
-            if reply != _AGAIN:
-                break
-        if not isinstance(reply, list):
-            return []
-        got = [_leased(row, token, at_most_once) for row in reply]
-        more = len(reply) == min(count, LEASE_CHUNK)
-        return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, more))
-    wait_ms = to_ms(timeout, "timeout", minimum=0)
-    deadline = time.monotonic() + wait_ms / 1000 if wait_ms else math.inf
-    waiter = new_token()
-    registered = False
-    while True:
-        token = new_token()
-        remaining = deadline - time.monotonic()
-        slice_secs = max(min(remaining, max_block, WAIT_SLICE_SECS), 0.001)
-        flag_ms = round(slice_secs * 1000) + 1000 if remaining > 0.001 else 0
-        want = min(count, LEASE_CHUNK)
-        reply = yield plan.lease(ms, token, once, want, flag_ms, waiter, registered)
-        registered = registered or (flag_ms > 0 and not isinstance(reply, list))
-        if isinstance(reply, list):
-            got = [_leased(row, token, at_most_once) for row in reply]
-            more = len(reply) == min(count, LEASE_CHUNK)
-            return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, more))
-        if reply == _AGAIN:
-            continue
-        if remaining <= 0.001:
-            return []
-        if reply >= 0:
-            # A delayed item falls due: block until one tick before, then sleep to it.
-            due = reply / 1000 + 0.001
-            if due <= TICK_SECS:
-                yield Sleep(min(due, remaining))
-                continue
-            slice_secs = min(slice_secs, due - TICK_SECS)
-        wait = round(max(slice_secs, 0.001), 3)
-        if len(queues) > 1:
-            yield Command(("BLPOP", *(q.keys.wake for q in queues), wait))
-            continue
-        keys = queues[0].keys
-        moved = yield Command(("BRPOPLPUSH", keys.queue, keys.processing, wait))
-        if moved is None:
-            continue
-        reply = yield plan.claim(ms, token, once, moved, waiter)
-        if isinstance(reply, list):
-            # What woke us may have brought more: take it too, without waiting.
-            got = [_leased(row, token, at_most_once) for row in reply]
-            return (yield from _lease_rest(plan, ms, once, at_most_once, count, got, True))
-
-
-def _lease_rest(
-    plan: LeasePlan,
-    ms: int,
-    once: str,
-    at_most_once: bool,
-    count: int,
-    got: list[tuple[int, Item]],
-    more: bool,
-) -> Steps[list[tuple[int, Item]]]:
-    """Take what is left of ``count``, in chunks, without waiting (if there may be ``more``)."""
-    while more and len(got) < count:
-        want = min(count - len(got), LEASE_CHUNK)
-        token = new_token()
-        reply = yield plan.lease(ms, token, once, want)
-        if reply == _AGAIN:
-            continue
-        if not isinstance(reply, list):
-            break
-        got += (_leased(row, token, at_most_once) for row in reply)
-        more = len(reply) == want
-    return got
-
-
-def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:
-    index, raw_id, data, deliveries, leased_at = row
-    lease_token = None if at_most_once else f"{token}@{leased_at}"
-    return index - 1, Item.handed_out(decode(raw_id), data, deliveries, lease_token)

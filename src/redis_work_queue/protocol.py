@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TimeoutError
+from redis import exceptions as rex
 
-from . import cluster, replicated, scripts
+from . import cluster, replicated, scripts, wire
 from .errors import OutcomeUnknownError
 
 T = TypeVar("T")
@@ -64,64 +64,68 @@ Call = ScriptCall | Command | Sleep
 Steps = Generator[Call, Any, T]
 
 
-def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
-    """Run a script then WAIT on the same connection, sent once (see :mod:`.replicated`).
+def _wait_steps(db: Any, call: ScriptCall, clustered: bool) -> wire.Steps[Any]:
+    """A script then WAIT on the same connection, sent once (see :mod:`.replicated`), as steps.
+
+    The steps are ``("start",)`` (an asyncio cluster client sets itself up), ``("send", node)``
+    (the script and its WAIT on a client of ``node``) and ``("refresh",)`` (the cluster's slot
+    map is read again); :func:`_with_wait` and :func:`_awith_wait` perform them.
 
     On Redis Cluster the pair goes to a client of the node that owns the slot. A MOVED or ASK
     reply (the slot moved, or a failover promoted a replica) refreshes the slot map and sends
     it once more: the script did not run. A lost connection refreshes it too, then raises
     :class:`~redis_work_queue.errors.OutcomeUnknownError`: whether the script ran is unknown.
     """
-    assert call.wait is not None
+    if clustered:
+        yield ("start",)
     for attempt in (1, 2):
         node = cluster.node_client(db, call.keys[0]) if clustered else db
         try:
-            reply, acked = replicated.script_and_wait(
-                node, call.script, call.keys, call.args, call.wait
-            )
-        except (MovedError, AskError):
+            return (yield ("send", node))
+        except (rex.MovedError, rex.AskError):
             if not clustered or attempt == 2:
                 raise
             cluster.forget_nodes(db)
-            db.nodes_manager.initialize()
+            yield ("refresh",)
             continue
-        except (ConnectionError, TimeoutError):
+        except (rex.ConnectionError, rex.TimeoutError):
             if clustered:
                 cluster.forget_nodes(db)
-                db.nodes_manager.initialize()
+                yield ("refresh",)
             raise
-        except ResponseError as err:
+        except rex.ResponseError as err:
             raise scripts.translate_error(err) from err
-        return reply, acked
     raise AssertionError("unreachable")
+
+
+def _with_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
+    """Run a script then WAIT on the same connection, sent once; see :func:`_wait_steps`."""
+    assert call.wait is not None
+    wait = call.wait
+
+    def perform(step: tuple[Any, ...]) -> Any:
+        if step[0] == "send":
+            return replicated.script_and_wait(step[1], call.script, call.keys, call.args, wait)
+        if step[0] == "refresh":
+            return db.nodes_manager.initialize()
+        return None  # "start": a synchronous cluster client is set up when it is made
+
+    return wire.drive(_wait_steps(db, call, clustered), perform)
 
 
 async def _awith_wait(db: Any, call: ScriptCall, clustered: bool) -> Any:
     """Asynchronous :func:`_with_wait`."""
     assert call.wait is not None
-    if clustered:
-        await db.initialize()
-    for attempt in (1, 2):
-        node = cluster.node_client(db, call.keys[0]) if clustered else db
-        try:
-            reply, acked = await replicated.ascript_and_wait(
-                node, call.script, call.keys, call.args, call.wait
-            )
-        except (MovedError, AskError):
-            if not clustered or attempt == 2:
-                raise
-            cluster.forget_nodes(db)
-            await db.nodes_manager.initialize()
-            continue
-        except (ConnectionError, TimeoutError):
-            if clustered:
-                cluster.forget_nodes(db)
-                await db.nodes_manager.initialize()
-            raise
-        except ResponseError as err:
-            raise scripts.translate_error(err) from err
-        return reply, acked
-    raise AssertionError("unreachable")
+    wait = call.wait
+
+    def perform(step: tuple[Any, ...]) -> Awaitable[Any]:
+        if step[0] == "send":
+            return replicated.ascript_and_wait(step[1], call.script, call.keys, call.args, wait)
+        if step[0] == "refresh":
+            return cast(Awaitable[Any], db.nodes_manager.initialize())
+        return cast(Awaitable[Any], db.initialize())
+
+    return await wire.adrive(_wait_steps(db, call, clustered), perform)
 
 
 def execute(db: Any, call: Call) -> Any:

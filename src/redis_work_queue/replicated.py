@@ -15,15 +15,14 @@ again as EVAL.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis import exceptions as rex
+from redis.exceptions import NoScriptError, ResponseError
 
-from . import scripts
+from . import scripts, wire
 from .errors import OutcomeUnknownError
 
 #: Added to the WAIT timeout when reading its reply, so that a client whose socket timeout is
@@ -31,11 +30,10 @@ from .errors import OutcomeUnknownError
 WAIT_MARGIN_SECS = 1.0
 
 _LOADED = "_rwq_loaded_scripts"
-_LOST = (ConnectionError, TimeoutError, OSError)
+_LOST = (rex.ConnectionError, rex.TimeoutError, OSError)
 
 
 _TAKES_TIMEOUT: dict[type, bool] = {}
-_NEEDS_NAME: dict[type, bool] = {}
 
 
 def _takes_timeout(conn: Any) -> bool:
@@ -46,21 +44,6 @@ def _takes_timeout(conn: Any) -> bool:
         params = inspect.signature(conn.read_response).parameters
         found = _TAKES_TIMEOUT[kind] = "timeout" in params
     return found
-
-
-def _needs_command_name(pool: Any) -> bool:
-    """Whether this pool's ``get_connection`` still requires a command name (redis-py 5.0)."""
-    kind = type(pool)
-    found = _NEEDS_NAME.get(kind)
-    if found is None:
-        name = inspect.signature(pool.get_connection).parameters.get("command_name")
-        found = _NEEDS_NAME[kind] = name is not None and name.default is inspect.Parameter.empty
-    return found
-
-
-def _name_for(pool: Any, script: scripts.Script) -> tuple[str, ...]:
-    """The arguments of ``pool.get_connection``: a command name only where one is required."""
-    return ("EVALSHA",) if _needs_command_name(pool) else ()
 
 
 def _wait_read_options(conn: Any, wait: tuple[int, int]) -> dict[str, Any]:
@@ -107,15 +90,6 @@ def _loaded(db: Any) -> set[str]:
     return found
 
 
-def _single(db: Any) -> tuple[Any, Any] | None:
-    """The connection and lock of a ``single_connection_client``, or None."""
-    conn = getattr(db, "connection", None)
-    if conn is None:
-        return None
-    lock = getattr(db, "single_connection_lock", None) or getattr(db, "_single_conn_lock", None)
-    return conn, lock
-
-
 def _send_once(
     db: Any,
     script: scripts.Script,
@@ -124,17 +98,8 @@ def _send_once(
     wait: tuple[int, int],
     by_sha: bool,
 ) -> tuple[Any, int]:
-    single = _single(db)
-    if single is not None:
-        conn, lock = single
-        with lock if lock is not None else contextlib.nullcontext():
-            return _run(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
-    pool = db.connection_pool
-    conn = pool.get_connection(*_name_for(pool, script))
-    try:
+    with wire.borrowed(db) as conn:
         return _run(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
-    finally:
-        pool.release(conn)
 
 
 def _exchange_steps(
@@ -173,47 +138,26 @@ def _exchange_steps(
     return _settle(first, reply, acked)
 
 
-def _split(step: tuple[Any, ...]) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
-    name, *rest = step
-    if rest and isinstance(rest[-1], dict):
-        return name, tuple(rest[:-1]), rest[-1]
-    return name, tuple(rest), {}
+def _perform(conn: Any) -> Callable[[tuple[Any, ...]], Any]:
+    """How a driver performs a step on ``conn``: ``(method name, *args[, keyword dict])``."""
+
+    def perform(step: tuple[Any, ...]) -> Any:
+        name, *rest = step
+        if rest and isinstance(rest[-1], dict):
+            return getattr(conn, name)(*rest[:-1], **rest[-1])
+        return getattr(conn, name)(*rest)
+
+    return perform
 
 
-def _run(conn: Any, steps: Generator[tuple[Any, ...], Any, tuple[Any, int]]) -> tuple[Any, int]:
+def _run(conn: Any, steps: wire.Steps[tuple[Any, int]]) -> tuple[Any, int]:
     """Perform the steps on a synchronous connection."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: tuple[Any, int] = done.value
-            return result
-        name, args, kwargs = _split(step)
-        try:
-            reply, error = getattr(conn, name)(*args, **kwargs), None
-        except BaseException as err:  # handed back to the steps, which re-raise it
-            reply, error = None, err
+    return wire.drive(steps, _perform(conn))
 
 
-async def _arun(
-    conn: Any, steps: Generator[tuple[Any, ...], Any, tuple[Any, int]]
-) -> tuple[Any, int]:
+async def _arun(conn: Any, steps: wire.Steps[tuple[Any, int]]) -> tuple[Any, int]:
     """Perform the steps on a ``redis.asyncio`` connection."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: tuple[Any, int] = done.value
-            return result
-        name, args, kwargs = _split(step)
-        try:
-            reply, error = await getattr(conn, name)(*args, **kwargs), None
-        except BaseException as err:  # handed back to the steps, which re-raise it
-            reply, error = None, err
+    return await wire.adrive(steps, _perform(conn))
 
 
 def script_and_wait(
@@ -258,19 +202,8 @@ async def _asend_once(
     wait: tuple[int, int],
     by_sha: bool,
 ) -> tuple[Any, int]:
-    single = _single(db)
-    if single is not None:
-        conn, lock = single
-        if isinstance(lock, asyncio.Lock):
-            async with lock:
-                return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
+    async with wire.aborrowed(db) as conn:
         return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
-    pool = db.connection_pool
-    conn = await pool.get_connection(*_name_for(pool, script))
-    try:
-        return await _arun(conn, _exchange_steps(conn, script, keys, args, wait, by_sha))
-    finally:
-        await pool.release(conn)
 
 
 async def ascript_and_wait(

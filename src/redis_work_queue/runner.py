@@ -44,6 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import health, protocol
+from .durations import DurationRecorder
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
@@ -52,7 +53,8 @@ from .errors import (
     WrongKeyTypeError,
 )
 from .item import Item
-from .ops import MAX_SECS, Released
+from .results import Released
+from .validation import MAX_SECS
 
 logger = logging.getLogger("redis_work_queue.worker")
 
@@ -67,6 +69,14 @@ MESSAGE_MAX_BYTES = 1024
 LAPSE_BEATS = 3
 #: The longest pause between two looks of the watchdog (timeouts, renewals).
 WATCH_TICK_SECS = 0.2
+#: How long the runner waits for its watchdog and housekeeping to end after the job loops.
+JOIN_SECS = 10.0
+
+
+def socket_timeout_for(poll_secs: float) -> float:
+    """The socket timeout of the runners' own clients: a hung server is noticed in it."""
+    return max(5.0, 2 * poll_secs + 2)
+
 
 CleanSecs = float | None | Literal["auto"]
 
@@ -597,6 +607,8 @@ class Core:
         self.renews = renews
         self.describe = describe
         self.stats = WorkerStats()
+        #: Handler durations not yet flushed to Redis (with the next heartbeat).
+        self.durations = DurationRecorder()
         self.extra_stats: Callable[[], WorkerStats] | None = None
         self.listener: Listener | None = None
         self.held = Held()
@@ -722,11 +734,16 @@ class Core:
         self.held.hold(job)
         self._tell("start", job)
         error: Exception | None = None
+        begun = time.monotonic()
         try:
             yield Handle(job.item)
         except Exception as err:
             error = err
+        took = time.monotonic() - begun
         state = self.held.finish(job)
+        if state != TIMED_OUT:
+            outcome = "completed" if error is None else "failed"
+            self.durations.observe(job.queue.name.prefix, took, outcome)
         if state == TIMED_OUT:
             logger.warning(
                 "%s returned after its timeout: its result is discarded", self._name(job)
@@ -915,6 +932,7 @@ class Core:
         )
         yield Replace(job)
         self.count(failed=1, timed_out=1)
+        self.durations.observe(job.queue.name.prefix, time.monotonic() - job.started, "failed")
         reason = f"timeout: the handler ran longer than {self.options.timeout:g} s"
         yield from self.settle_failure(job, reason, None)
 
@@ -943,10 +961,17 @@ class Core:
             yield Pause(tick, wake=False)
         if beat is not None:
             for queue in self.queues:
+                prefix = queue.name.prefix
+                deltas = self.durations.take(prefix)
                 try:
-                    yield Run(health.heartbeat_steps(queue.keys, self.worker_id, 0, {}))
+                    yield Run(health.heartbeat_steps(queue.keys, self.worker_id, 0, {}, deltas))
                 except Exception as err:
-                    logger.info("could not remove the registration (it lapses): %s", err)
+                    logger.info(
+                        "could not remove the registration (it lapses), nor flush the job "
+                        "durations of %s (lost): %s",
+                        prefix,
+                        err,
+                    )
 
     def _fields(self) -> dict[str, str | int | float]:
         stats = self.totals()
@@ -963,9 +988,14 @@ class Core:
     def _beat(self, ttl_ms: int) -> Generator[Action, Any, bool]:
         fields = self._fields()
         for queue in self.queues:
+            prefix = queue.name.prefix
+            deltas = self.durations.take(prefix)
             try:
-                yield Run(health.heartbeat_steps(queue.keys, self.worker_id, ttl_ms, fields))
+                yield Run(
+                    health.heartbeat_steps(queue.keys, self.worker_id, ttl_ms, fields, deltas)
+                )
             except Exception as err:
+                self.durations.add(prefix, deltas)  # flushed with a later beat
                 if not transient(err):
                     raise
                 self.outage.failed(err)

@@ -1,48 +1,23 @@
 """Finds the Lua scripts shipped with the package and runs them with one round trip each.
 
-Each script in ``lua/`` may include shared pieces from ``lua/include/`` with a line of the form
-``--#include name.lua``; the include is expanded once, when the script is loaded.
+Each script in ``lua/`` is assembled with the shared pieces of ``lua/include/`` it declares
+(``--#include name.lua``) by :mod:`.loader`, once per process, when it is first loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import sys
 from collections.abc import Sequence
 from functools import cache
-from importlib import resources
-from pathlib import Path
 from typing import Any, cast
 
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
+from . import loader, wire
 from .errors import ScriptError, WrongKeyTypeError
 
-if sys.version_info >= (3, 11):
-    from importlib.resources.abc import Traversable
-else:  # pragma: no cover - Python 3.10
-    from importlib.abc import Traversable
-
-_INCLUDE = re.compile(r"^--#include (?P<name>[\w.]+)$", re.MULTILINE)
-
 Arg = bytes | str | int | float
-
-
-def _lua_dir() -> Traversable:
-    """The ``lua`` directory: inside the installed package, else at the source tree's root.
-
-    An installed package may be a directory or a zip (shipped to Spark with ``--py-files``).
-    """
-    packaged = resources.files("redis_work_queue") / "lua"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "lua"
-
-
-def _expand(text: str, include_dir: Traversable) -> str:
-    return _INCLUDE.sub(lambda m: (include_dir / m["name"]).read_text("utf-8").rstrip(), text)
 
 
 def raw_command(client: Any, *args: Arg, **options: Any) -> Any:
@@ -77,11 +52,13 @@ def translate_error(err: ResponseError) -> Exception:
     ``noeviction`` policy) stays redis-py's :class:`redis.exceptions.OutOfMemoryError`: Redis
     refuses a script only at its first write, so nothing was changed, and the caller may retry
     once memory is freed. A key of the wrong type gives :class:`WrongKeyTypeError`, anything
-    else :class:`ScriptError`.
+    else :class:`ScriptError`; their message starts with the file and line of ``lua/`` the
+    error comes from, when the server names one (see :func:`.loader.locate`).
     """
     message = str(err)
     if isinstance(err, OutOfMemoryError) or message.startswith("OOM "):
         return OutOfMemoryError(message)
+    message = loader.locate(message)
     if "WRONGTYPE" in message:
         return WrongKeyTypeError(
             "a key of this queue holds a value of the wrong Redis type; nothing was changed "
@@ -97,15 +74,19 @@ class Script:
     ``decode_responses=True``.
     """
 
-    __slots__ = ("name", "script", "sha")
+    __slots__ = ("_heads", "name", "script", "sha")
 
     def __init__(self, name: str, source: str) -> None:
         self.name = name
         self.script = source.encode("utf-8")
         self.sha = hashlib.sha1(self.script).hexdigest()
+        self._heads = wire.Heads(self.sha, self.script)
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run the script on a synchronous Redis client.
+
+        A stock client sends it on a connection of its pool, the command prefix packed once
+        (see :mod:`.wire`); any other goes through redis-py's command layer.
 
         Raises:
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
@@ -113,19 +94,40 @@ class Script:
                 (``maxmemory`` with ``noeviction``); nothing was changed.
             ScriptError: Any other error raised by the script.
         """
-        params = self.params(keys, args)
+        pool = wire.lean_pool(client)
+        packed = None if pool is None else self._heads.packed(True, keys, args)
+        if packed is None:
+            params = self.params(keys, args)
+            try:
+                return raw_command(client, "EVALSHA", self.sha, *params)
+            except NoScriptError:
+                return raw_command(client, "EVAL", self.script, *params)
         try:
-            return raw_command(client, "EVALSHA", self.sha, *params)
-        except NoScriptError:
-            return raw_command(client, "EVAL", self.script, *params)
+            try:
+                return wire.send(pool, packed)
+            except NoScriptError:
+                return wire.send(pool, cast(list[bytes], self._heads.packed(False, keys, args)))
+        except ResponseError as err:
+            raise translate_error(err) from err
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run the script on a ``redis.asyncio`` client; as :meth:`__call__`."""
-        params = self.params(keys, args)
+        pool = wire.alean_pool(client)
+        packed = None if pool is None else self._heads.packed(True, keys, args)
+        if packed is None:
+            params = self.params(keys, args)
+            try:
+                return await araw_command(client, "EVALSHA", self.sha, *params)
+            except NoScriptError:
+                return await araw_command(client, "EVAL", self.script, *params)
         try:
-            return await araw_command(client, "EVALSHA", self.sha, *params)
-        except NoScriptError:
-            return await araw_command(client, "EVAL", self.script, *params)
+            try:
+                return await wire.asend(pool, packed)
+            except NoScriptError:
+                eval_packed = cast(list[bytes], self._heads.packed(False, keys, args))
+                return await wire.asend(pool, eval_packed)
+        except ResponseError as err:
+            raise translate_error(err) from err
 
     def queue_on(self, pipeline: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
         """Queue the script on a pipeline (sync or asyncio); it is loaded before it runs.
@@ -155,10 +157,13 @@ class Script:
 
 @cache
 def load(name: str) -> Script:
-    """Return the script ``lua/<name>.lua``, loaded and include-expanded once per process."""
-    lua = _lua_dir()
-    source = _expand((lua / f"{name}.lua").read_text("utf-8"), lua / "include")
-    return Script(name, source)
+    """Return the script ``lua/<name>.lua``, assembled with its includes once per process.
+
+    Raises:
+        LuaSourceError: The script or one of its includes is missing, or an include is circular
+            or malformed (see :mod:`.loader`).
+    """
+    return Script(name, loader.assemble(name).text)
 
 
 def preload(client: Any) -> None:
@@ -168,6 +173,5 @@ def preload(client: Any) -> None:
     server, or with a server that closes the connection on a NOSCRIPT reply (the embedded
     fakeredis TCP server does).
     """
-    names = sorted(p.name[: -len(".lua")] for p in _lua_dir().iterdir() if p.name.endswith(".lua"))
-    for name in names:
+    for name in loader.script_names():
         client.script_load(load(name).script)

@@ -44,6 +44,7 @@ from .errors import InvalidArgumentError, WorkerFailedError
 from .item import Item
 from .keyprefix import KeyPrefix
 from .runner import (
+    JOIN_SECS,
     CleanSecs,
     Core,
     Job,
@@ -53,17 +54,20 @@ from .runner import (
     check_options,
     check_pool,
     drive,
+    socket_timeout_for,
 )
 from .workqueue import WorkQueue, lease_from
 
 __all__ = [
     "CHILD_ABORT",
+    "JOIN_SECS",
     "Handler",
     "Worker",
     "WorkerStats",
     "backoff_delay",
     "check_options",
     "load_handler",
+    "socket_timeout_for",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,13 +76,6 @@ Handler = Callable[[Item], Any]
 
 #: What a worker process's parent sends it for a second stop signal (the first is SIGTERM).
 CHILD_ABORT = signal.SIGUSR1
-#: How long the runner waits for its watchdog and housekeeping to end after the job loops.
-JOIN_SECS = 10.0
-
-
-def socket_timeout_for(poll_secs: float) -> float:
-    """The socket timeout of the runners' own clients: a hung server is noticed in it."""
-    return max(5.0, 2 * poll_secs + 2)
 
 
 def load_handler(spec: str) -> Handler:
@@ -421,6 +418,9 @@ class Worker:
             if kind == "stats":
                 with lock:
                     child_stats[pid] = WorkerStats(*message[3:])
+            elif kind == "durations":
+                for prefix, deltas in message[3].items():
+                    core.durations.add(prefix, deltas)
             elif kind == "start" and current:
                 index, item_id, token, deliveries = message[3:]
                 item = Item.handed_out(item_id, b"", deliveries, token)
@@ -523,7 +523,8 @@ class Worker:
 def _child(config: dict[str, Any], slot: int, events: Any) -> None:  # events: a Connection
     """Entry point of a worker process: one thread of work, driven by its parent's signals.
 
-    It reports to its parent each item it starts (the parent times it out) and ends, and its
+    It reports to its parent each item it starts (the parent times it out) and ends, its job
+    durations (the parent flushes them with its heartbeats) and its
     counts. SIGTERM stops it and CHILD_ABORT aborts it. SIGINT is ignored: a Ctrl-C reaches the
     whole process group, and the parent forwards it. Heartbeats, cleans and timeouts are the
     parent's.
@@ -545,6 +546,7 @@ def _child(config: dict[str, Any], slot: int, events: Any) -> None:  # events: a
         else:
             events.send(("end", slot, pid))
             if worker._core is not None:
+                events.send(("durations", slot, pid, worker._core.durations.take_all()))
                 stats = worker._core.totals()
                 events.send(("stats", slot, pid, *vars(stats).values()))
 

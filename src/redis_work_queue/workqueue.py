@@ -3,106 +3,37 @@
 from __future__ import annotations
 
 import logging
-import math
-import time
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
-
-from redis import Redis
-from redis.client import Pipeline
 
 from . import cluster
 from .cleaning import CleanReport, ProgressCallback
-from .errors import InvalidArgumentError
+from .clients import SyncClient, SyncPipeline, max_block
 from .item import Item
-from .keyprefix import KeyPrefix, QueueKeys
-from .ops import (
+from .protocol import ScriptCall, run
+from .queue_base import (
+    FALLBACK_SLICE,
+    PIPELINE_CHUNK,
+    QueueBase,
+    first_call,
+    leasable_together,
+    lease_from_steps,
+)
+from .results import (
     DeadLetter,
     FlushReport,
     PendingItem,
+    QueueCounts,
     QueuedItem,
-    QueueOps,
     QueueStats,
     Released,
-    lease_steps,
-    max_block,
 )
-from .protocol import ScriptCall, Steps, run
+
+#: The facade and its ``lease_from``; the shared layer's names stay importable from here.
+__all__ = ["FALLBACK_SLICE", "PIPELINE_CHUNK", "QueueBase", "WorkQueue", "lease_from"]
 
 logger = logging.getLogger(__name__)
-
-
-class QueueBase:
-    """What the synchronous and asynchronous queues share: the name, the keys, the operations.
-
-    Args:
-        name: The queue's key prefix. Put a ``{hash tag}`` in it to keep the queue in one
-            Redis Cluster slot.
-        max_deliveries: Hand an item out at most this many times: when a try ends (by
-            ``release`` or by lease expiry) on the last allowed delivery, the item goes to the
-            queue's dead-letter store instead of back to the queue. None (the default) retries
-            for ever. Give every client of a queue the same value.
-        replicas: Wait until this many replicas have acknowledged each add and complete (WAIT),
-            raising :class:`ReplicationError` when they do not within ``replica_timeout``.
-            Each call can override it.
-        replica_timeout: How long to wait for the replicas, in seconds.
-
-    Raises:
-        InvalidArgumentError: An argument is out of range, or the name holds a segment that
-            another queue keeps per-item keys under (``x:item``, ``x:dead:y``; see
-            :func:`~redis_work_queue.keyprefix.check_queue_name`).
-    """
-
-    def __init__(
-        self,
-        name: KeyPrefix,
-        max_deliveries: int | None = None,
-        replicas: int = 0,
-        replica_timeout: float = 1.0,
-    ) -> None:
-        if not isinstance(name, KeyPrefix):
-            raise InvalidArgumentError(
-                f"a queue is named by a KeyPrefix, not {type(name).__name__}"
-            )
-        self.name = name
-        self.keys = QueueKeys(name)
-        self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
-        #: A random id of this queue object, as the reference client keeps one (its lease
-        #: value); the library's leases carry a fresh token each instead.
-        self._session = uuid.uuid4().hex
-
-    # The reference client's attribute names, for code written against it.
-
-    @property
-    def _main_queue_key(self) -> str:
-        """The main queue's key, ``<prefix>:queue``."""
-        return self.keys.queue
-
-    @property
-    def _processing_key(self) -> str:
-        """The processing list's key, ``<prefix>:processing``."""
-        return self.keys.processing
-
-    @property
-    def _item_data_key(self) -> KeyPrefix:
-        """The prefix of the data keys: ``queue._item_data_key.of(id)`` is an item's data key."""
-        return KeyPrefix(self.keys.item_prefix)
-
-    @property
-    def _lease_key(self) -> KeyPrefix:
-        """The prefix of the lease keys: ``queue._lease_key.of(id)`` is an item's lease key."""
-        return KeyPrefix(self.keys.lease_prefix)
-
-    @property
-    def max_deliveries(self) -> int | None:
-        """The queue's delivery limit, or None."""
-        return self.ops.max_deliveries or None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"
 
 
 class WorkQueue(QueueBase):
@@ -119,7 +50,7 @@ class WorkQueue(QueueBase):
 
     def add_item(
         self,
-        db: Redis,
+        db: SyncClient,
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
@@ -146,11 +77,13 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
             ReplicationError: Too few replicas acknowledged the add in time.
         """
-        return run(db, self.ops.add_one(item, False, delay, ttl, replicas))
+        return run(
+            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
+        )
 
     def add_unique_item(
         self,
-        db: Redis,
+        db: SyncClient,
         item: Item,
         delay: float | datetime | None = None,
         ttl: float | None = None,
@@ -166,11 +99,11 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        run(db, self.ops.add_one(item, True, delay, ttl, replicas))
+        run(db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas))
 
     def add_items(
         self,
-        db: Redis,
+        db: SyncClient,
         items: Iterable[Item],
         unique: bool = False,
         delay: float | datetime | None = None,
@@ -193,9 +126,11 @@ class WorkQueue(QueueBase):
         Returns:
             One flag per item, in order: True when it was added, False when its id existed.
         """
-        return run(db, self.ops.add(items, unique, delay, ttl, replicas))
+        return run(
+            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
+        )
 
-    def add_unique_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
+    def add_unique_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes.
 
         The add leaves two entries in ``pipeline.execute()``'s results, as the reference
@@ -209,15 +144,28 @@ class WorkQueue(QueueBase):
         """
         self.ops.queue_add_on(pipeline, item)
 
-    def add_item_to_pipeline(self, pipeline: Pipeline, item: Item) -> None:
-        """Same as :meth:`add_unique_item_to_pipeline` (the name other clients use for it)."""
+    def add_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
+        """Queue an add on a pipeline: the unchecked add of :meth:`add_unique_item_to_pipeline`.
+
+        The item is checked (an :class:`Item` with a str id and bytes data) before anything is
+        queued, but not whether its id exists: the add's replies keep the shape of the reference
+        client's SET and LPUSH (1, then the queue's length), which leaves no place to report an
+        existing id. An id that exists is overwritten and queued a second time, as by
+        :meth:`add_unique_item`. For a checked add of many items in one round trip, use
+        :meth:`add_items`.
+
+        Raises:
+            InvalidArgumentError: ``item`` is not an Item.
+            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
+                (nothing has been queued).
+        """
         self.add_unique_item_to_pipeline(pipeline, item)
 
     # Leasing ----------------------------------------------------------------------------------
 
     def lease(
         self,
-        db: Redis,
+        db: SyncClient,
         lease_secs: float,
         block: bool = True,
         timeout: float = 0,
@@ -261,7 +209,7 @@ class WorkQueue(QueueBase):
 
     def lease_many(
         self,
-        db: Redis,
+        db: SyncClient,
         lease_secs: float,
         count: int,
         block: bool = True,
@@ -279,7 +227,7 @@ class WorkQueue(QueueBase):
         steps = self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db), count)
         return run(db, steps)
 
-    def renew(self, db: Redis, item: Item, lease_secs: float) -> bool:
+    def renew(self, db: SyncClient, item: Item, lease_secs: float) -> bool:
         """Extend the lease on ``item`` to ``lease_secs`` seconds from now.
 
         Returns:
@@ -292,7 +240,9 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.renew(item, lease_secs))
 
-    def release(self, db: Redis, item: Item, delay: float = 0, reason: str | None = None) -> bool:
+    def release(
+        self, db: SyncClient, item: Item, delay: float = 0, reason: str | None = None
+    ) -> bool:
         """Give a leased item back before its lease ends (a retryable failure).
 
         The item goes back to the main queue (at once, or after ``delay`` seconds), or, when it
@@ -316,7 +266,7 @@ class WorkQueue(QueueBase):
 
     def release_outcome(
         self,
-        db: Redis,
+        db: SyncClient,
         item: Item,
         delay: float = 0,
         reason: str | None = None,
@@ -343,7 +293,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.release_outcome(item, delay, reason, undo))
 
-    def renew_many(self, db: Redis, items: Iterable[Item], lease_secs: float) -> list[bool]:
+    def renew_many(self, db: SyncClient, items: Iterable[Item], lease_secs: float) -> list[bool]:
         """Extend the leases on many items, as :meth:`renew` does for one.
 
         Each renewal is its own script call; they are sent together, one round trip per
@@ -356,9 +306,11 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: An item was not leased by this library, or ``lease_secs`` is
                 out of range (checked for every item before anything is sent).
         """
-        return _pipelined(db, [_first_call(self.ops.renew(i, lease_secs)) for i in items])
+        return _pipelined(db, [first_call(self.ops.renew(i, lease_secs)) for i in items])
 
-    def give_back(self, db: Redis, items: Iterable[Item], reason: str | None = None) -> list[bool]:
+    def give_back(
+        self, db: SyncClient, items: Iterable[Item], reason: str | None = None
+    ) -> list[bool]:
         """Hand leased items back as if they had never been leased (a stop before any work).
 
         Each item goes back to the leasing end of the main queue and its delivery is not
@@ -373,13 +325,13 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: An item was not leased by this library (checked for every item
                 before anything is sent).
         """
-        calls = [_first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
+        calls = [first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
         return _pipelined(db, calls)
 
     @contextmanager
     def leased(
         self,
-        db: Redis,
+        db: SyncClient,
         lease_secs: float,
         block: bool = True,
         timeout: float = 0,
@@ -408,7 +360,7 @@ class WorkQueue(QueueBase):
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, db: Redis, item: Item, replicas: int | None = None) -> bool:
+    def complete(self, db: SyncClient, item: Item, replicas: int | None = None) -> bool:
         """Mark an item as done and remove it, with all its bookkeeping, from the queue.
 
         Returns:
@@ -425,7 +377,7 @@ class WorkQueue(QueueBase):
         return run(db, self.ops.complete_one(item, replicas))
 
     def complete_many(
-        self, db: Redis, items: Iterable[Item], replicas: int | None = None
+        self, db: SyncClient, items: Iterable[Item], replicas: int | None = None
     ) -> list[Item]:
         """Complete many items, in chunks of up to 500 per script call.
 
@@ -437,7 +389,7 @@ class WorkQueue(QueueBase):
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    def light_clean(self, db: Redis) -> CleanReport:
+    def light_clean(self, db: SyncClient) -> CleanReport:
         """Requeue items whose lease has expired, going through the processing list once.
 
         The list is walked from its oldest end in steps of one script call each, sized from
@@ -458,7 +410,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.light_clean())
 
-    def deep_clean(self, db: Redis, progress: ProgressCallback | None = None) -> CleanReport:
+    def deep_clean(self, db: SyncClient, progress: ProgressCallback | None = None) -> CleanReport:
         """Requeue every item that exists, is not queued and has no lease.
 
         That is what a light clean recovers (expired leases on the processing list, burying
@@ -492,7 +444,7 @@ class WorkQueue(QueueBase):
 
     # Dead letters -----------------------------------------------------------------------------
 
-    def dead_letters(self, db: Redis, start: int = 0, count: int = 100) -> list[DeadLetter]:
+    def dead_letters(self, db: SyncClient, start: int = 0, count: int = 100) -> list[DeadLetter]:
         """One page of the dead-letter store, oldest first.
 
         Args:
@@ -502,30 +454,36 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.dead_letters(start, count))
 
-    def dead_count(self, db: Redis) -> int:
+    def dead_count(self, db: SyncClient) -> int:
         """How many items are in the dead-letter store."""
         return run(db, self.ops.length(self.keys.dead, "ZCARD"))
 
-    def requeue_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+    def requeue_dead(
+        self,
+        db: SyncClient,
+        ids: Iterable[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         """Put dead letters back on the main queue, with their delivery counts reset.
 
         Args:
             db: The Redis client.
             ids: The dead letters to requeue; None requeues all of them (in chunks).
+            progress: Called with the number requeued so far after each chunk.
 
         Returns:
             How many were requeued. A dead letter whose id is used by a live item again stays
             dead.
         """
-        return run(db, self.ops.requeue_dead(ids))
+        return run(db, self.ops.requeue_dead(ids, progress))
 
-    def purge_dead(self, db: Redis, ids: Iterable[str] | None = None) -> int:
+    def purge_dead(self, db: SyncClient, ids: Iterable[str] | None = None) -> int:
         """Delete dead letters for good (all of them when ``ids`` is None); returns how many."""
         return run(db, self.ops.purge_dead(ids))
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self, db: Redis) -> QueueStats:
+    def stats(self, db: SyncClient) -> QueueStats:
         """Queued, leased, expired-awaiting-clean, delayed and dead counts.
 
         The processing list is checked in chunks of 2000 entries, so the counts are not one
@@ -533,7 +491,15 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.stats())
 
-    def peek(self, db: Redis, start: int = 0, count: int = 10) -> list[QueuedItem]:
+    def counts(self, db: SyncClient) -> QueueCounts:
+        """The queue's counters: items added, completed, failed, retried, dead, expired, requeued.
+
+        The scripts keep them in Redis (``<prefix>:counts``), counting from the queue's first
+        write or its last flush, so any process can read them (one HGETALL).
+        """
+        return run(db, self.ops.counts())
+
+    def peek(self, db: SyncClient, start: int = 0, count: int = 10) -> list[QueuedItem]:
         """Look at queued items without taking them.
 
         Args:
@@ -547,7 +513,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.peek(start, count))
 
-    def pending(self, db: Redis, start: int = 0, count: int = 10) -> list[PendingItem]:
+    def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
         """Look at the processing list: leased items, their delivery counts and leases.
 
         Args:
@@ -557,30 +523,37 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.pending(start, count))
 
-    def flush(self, db: Redis) -> FlushReport:
+    def flush(self, db: SyncClient, progress: Callable[[int], None] | None = None) -> FlushReport:
         """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.
 
         Works in chunks (SCAN with the prefix glob-escaped, then UNLINK), so flushing queue
         ``a*`` never touches queue ``ab``. Workers still running may add keys back.
+
+        Args:
+            db: The Redis client.
+            progress: Called with the number of keys deleted so far after each chunk.
         """
-        return run(db, self.ops.flush())
+        return run(db, self.ops.flush(progress))
 
     # Counting ---------------------------------------------------------------------------------
 
-    def queue_len(self, db: Redis) -> int:
+    def queue_len(self, db: SyncClient) -> int:
         """The number of ids in the main queue (leased items are not counted)."""
         return run(db, self.ops.length(self.keys.queue))
 
-    def processing(self, db: Redis) -> int:
+    def processing(self, db: SyncClient) -> int:
         """The number of ids in the processing list.
 
-        It counts leased items and items whose lease expired but that no clean has requeued yet.
+        It counts leased items, items whose lease expired but that no clean has requeued yet,
+        and entries of completed items that no light clean has dropped yet (a completion leaves
+        an entry found near neither end of the list for the clean): :meth:`stats` tells them
+        apart.
         """
         return run(db, self.ops.length(self.keys.processing))
 
 
 def lease_from(
-    db: Redis,
+    db: SyncClient,
     queues: Sequence[WorkQueue],
     lease_secs: float,
     block: bool = True,
@@ -604,79 +577,14 @@ def lease_from(
     Raises:
         InvalidArgumentError: No queues, or an argument out of range.
     """
+    together = leasable_together(db, queues)
     steps = lease_from_steps(
-        queues, lease_secs, block, timeout, at_most_once, max_block(db), one_call(db, queues)
+        queues, lease_secs, block, timeout, at_most_once, max_block(db), together
     )
     return run(db, steps)
 
 
-Q = TypeVar("Q", bound=QueueBase)
-
-#: How long a worker leasing from queues in several cluster slots waits on its first queue
-#: before it looks at the others again.
-FALLBACK_SLICE = 0.5
-
-
-def one_call(db: object, queues: Sequence[QueueBase]) -> bool:
-    """Whether ``queues`` can be leased from in one script call on ``db``."""
-    if not cluster.is_cluster(db):
-        return True
-    return cluster.same_slot([key for q in queues for key in q.ops.slot_keys])
-
-
-def lease_from_steps(
-    queues: Sequence[Q],
-    lease_secs: float,
-    block: bool,
-    timeout: float,
-    at_most_once: bool,
-    max_block: float,
-    together: bool = True,
-) -> Steps[tuple[Q, Item] | None]:
-    """The operation behind :func:`lease_from`, for any kind of queue.
-
-    ``together`` false tries the queues one at a time (they live in different cluster slots).
-    """
-    if not queues:
-        raise InvalidArgumentError("lease_from needs at least one queue")
-    if together:
-        ops = [q.ops for q in queues]
-        leased = yield from lease_steps(ops, lease_secs, block, timeout, at_most_once, max_block, 1)
-        if not leased:
-            return None
-        index, item = leased[0]
-        return queues[index], item
-    logger.debug("leasing from %d queues in turn: they are in different slots", len(queues))
-    deadline = time.monotonic() + timeout if timeout else math.inf
-    while True:
-        for queue in queues:
-            found = yield from queue.ops.lease_one(lease_secs, False, 0, at_most_once)
-            if found is not None:
-                return queue, found
-        remaining = deadline - time.monotonic()
-        if not block or remaining <= 0:
-            return None
-        first = queues[0]
-        wait = min(remaining, FALLBACK_SLICE)
-        found = yield from first.ops.lease_one(lease_secs, True, wait, at_most_once, max_block)
-        if found is not None:
-            return first, found
-
-
-#: Script calls sent per round trip by the methods that make many independent calls.
-PIPELINE_CHUNK = 1000
-
-
-def _first_call(steps: Steps[bool]) -> ScriptCall:
-    """The one script call of a single-call operation (its checks run here)."""
-    call = next(steps)
-    steps.close()
-    if not isinstance(call, ScriptCall):  # pragma: no cover - the operations used are one call
-        raise TypeError(f"expected a script call, not {call!r}")
-    return call
-
-
-def _pipelined(db: Redis, calls: Sequence[ScriptCall]) -> list[bool]:
+def _pipelined(db: SyncClient, calls: Sequence[ScriptCall]) -> list[bool]:
     """Send independent script calls in pipelines of :data:`PIPELINE_CHUNK`; their flags."""
     flags: list[bool] = []
     for start in range(0, len(calls), PIPELINE_CHUNK):

@@ -1,6 +1,6 @@
 """Spark integration: a PySpark data source that feeds and drains queues.
 
-Install it with ``pip install 'redis-work-queue[spark]'`` (PySpark 4 and pyarrow), then::
+Install it with ``pip install 'redis-work-queue-lua[spark]'`` (PySpark 4 and pyarrow), then::
 
     from redis_work_queue.spark import NAME, register
 
@@ -12,7 +12,10 @@ Install it with ``pip install 'redis-work-queue[spark]'`` (PySpark 4 and pyarrow
 The core package never imports this one.
 """
 
-from .source import NAME, RedisWorkQueueDataSource, register
-from .writer import WriteReport, last_write
+from ..extras import extra_needed
+
+with extra_needed("the Spark data source", "spark"):
+    from .source import NAME, RedisWorkQueueDataSource, register
+    from .writer import WriteReport, last_write
 
 __all__ = ["NAME", "RedisWorkQueueDataSource", "WriteReport", "last_write", "register"]

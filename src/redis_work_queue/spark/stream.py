@@ -38,18 +38,22 @@ lease), from the moment they are taken until their batch is completed, so a slow
 items, however long it runs, for as long as the driver lives.
 
 **Failures lose nothing.** A query that dies mid-batch stops renewing; its leases expire after
-at most ``leaseSeconds``. When Spark stops the source (``stop()``: a query that ends, or fails
-in the source), the reader gives the items of every batch not yet committed back at once, to the
-leasing end of the queue and without counting the delivery (``WorkQueue.give_back``). (Spark 4.3
-ends the source's process on ``query.stop()`` without calling ``stop()``: those leases run out
-instead.) Restarted from its checkpoint, Spark replays the uncommitted batch: the reader renews
-the leases it still holds and leases given-back items again (they are first in line), so the
-same items are emitted, and completed once the sink has written them. Not restarted, a light
-clean (run by every streaming read every ``cleanSeconds``, or by ``rwq light-clean``) requeues
-expired leases for any other worker. An item is therefore written to the sink at least once; it
-is written twice when a batch is interrupted between the sink's write and Spark's commit log
-entry, when the lease expired before the commit (a driver that was down longer than
-``leaseSeconds``), or when another worker took a given-back item before the replay.
+at most ``leaseSeconds``. When Spark stops the source, the reader gives the items of every batch
+not yet committed back at once, to the leasing end of the queue and without counting the
+delivery (``WorkQueue.give_back``), and marks the batches' records as given back. Spark calls
+``stop()`` when the query ends or fails in the source; on ``query.stop()`` it ends the source's
+process (the driver-side Python process that runs ``latestOffset`` and the rest) with SIGTERM
+instead, without calling ``stop()``, so that process's SIGTERM handler does the same before it
+exits (within :data:`GIVE_BACK_SECS`). Restarted from its checkpoint, Spark replays the
+uncommitted batch: the reader renews the leases it still holds and leases given-back items again
+(they are first in line), so the same items are emitted, and completed once the sink has written
+them. A batch the sink had written before the stop, which Spark had not yet committed to the
+source (it does so at the next trigger), is taken back the same way and completed at restart.
+Not restarted, a light clean (run by every streaming read every ``cleanSeconds``, or by ``rwq
+light-clean``) requeues expired leases for any other worker. An item is therefore written to the
+sink at least once; it is written twice when a batch is interrupted between the sink's write and
+Spark's commit log entry, when the lease expired before the commit (a driver that was down
+longer than ``leaseSeconds``), or when another worker took a given-back item before the replay.
 
 Spark 4.0 and 4.1 call ``latestOffset()`` without a start: the reader then uses the offset it
 returned last (after a restart, the first call returns an empty batch so that Spark commits the
@@ -63,6 +67,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -101,6 +108,11 @@ DONE_MEMORY = 1024
 #: A batch whose data comes to at most this many bytes travels with its tasks' partitions (the
 #: driver has it from the lease); a bigger one, or a replayed one, is read again by the tasks.
 INLINE_BYTES = 16 << 20
+
+#: The module Spark runs a Python streaming source's driver side in (``python -m ...``).
+SOURCE_PROCESS = "pyspark.sql.streaming.python_streaming_source_runner"
+#: Seconds the source's process may spend giving its items back once Spark has ended it.
+GIVE_BACK_SECS = 10
 
 #: One leased item of a batch: id, lease value, delivery count.
 Held = tuple[str, str, int]
@@ -160,11 +172,16 @@ class Lessee:
         self.remaining: int | None = None
         self.next_clean = 0.0
         self.stopping = threading.Event()
+        #: Set when Spark ends the source's process (SIGTERM): give back, then exit.
+        self.terminated = threading.Event()
+        self.closing = threading.Lock()
         self.closed = False
         self.renewer = threading.Thread(
             target=self._renew_loop, name=f"renew leases of {options.where.queue}", daemon=True
         )
         self.renewer.start()
+        if in_source_process():
+            signal.signal(signal.SIGTERM, self._on_terminate)
 
     # Offsets ----------------------------------------------------------------------------------
 
@@ -247,17 +264,23 @@ class Lessee:
         logger.debug("leased %d items of %s for batch %s", len(held), self.queue.name.prefix, batch)
         return {"queue": self.options.where.queue, "batch": batch, "items": len(held)}
 
-    def _save(self, batch: str, held: list[Held]) -> None:
-        record = json.dumps(held, separators=(",", ":"))
+    def _save(self, batch: str, held: list[Held], given_back: bool = False) -> None:
+        # A list of [id, lease value, deliveries]; an object when a stop gave the items back.
+        kept: Any = {"held": held, "given_back": True} if given_back else held
+        record = json.dumps(kept, separators=(",", ":"))
         raw_command(
             self.db, "SET", batch_key(self.options.where.queue, batch), record, "EX", KEEP_SECS
         )
 
-    def _load(self, batch: str) -> list[Held] | None:
+    def _load(self, batch: str) -> tuple[list[Held], bool] | None:
+        """The batch's record: its items, and whether a stop gave them back; None if gone."""
         raw = raw_command(self.db, "GET", batch_key(self.options.where.queue, batch))
         if raw is None:
             return None
-        return [(str(i), str(t), int(n)) for i, t, n in json.loads(raw)]
+        record = json.loads(raw)
+        given_back = isinstance(record, dict)
+        items = record["held"] if given_back else record
+        return [(str(i), str(t), int(n)) for i, t, n in items], given_back
 
     def _clean(self) -> None:
         if self.options.clean_secs <= 0 or time.monotonic() < self.next_clean:
@@ -313,8 +336,8 @@ class Lessee:
             held = self.batches.get(batch)
             data = self.data.pop(batch, None)
         if held is None:
-            held = self._load(batch)
-            if held is None:
+            record = self._load(batch)
+            if record is None:
                 logger.warning(
                     "the record of batch %s of %s is gone: the batch is empty (its items, if "
                     "any are left, are delivered again when their leases expire)",
@@ -322,6 +345,7 @@ class Lessee:
                     self.queue.name.prefix,
                 )
                 return []
+            held = record[0]
             logger.info(
                 "replaying batch %s of %s (%d items)", batch, self.queue.name.prefix, len(held)
             )
@@ -392,9 +416,16 @@ class Lessee:
             held = self.batches.pop(batch, None)
             self.held.pop(batch, None)
             self.data.pop(batch, None)
+        given_back = False
         if held is None and offset.get("items"):
-            held = self._load(batch)
+            record = self._load(batch)
+            if record is not None:
+                held, given_back = record
         if held:
+            if given_back:
+                # A stop gave back a batch that Spark had written but not yet committed to the
+                # source: take its items back (they are first in line) before completing them.
+                held = self._take_back(batch, held)
             pairs = [(item_id, token) for item_id, token, _ in held]
             completed = run(self.db, complete_held(self.queue.ops, pairs))
             if completed < len(pairs):
@@ -446,6 +477,8 @@ class Lessee:
             )
 
     def _renew_loop(self) -> None:
+        # SIGTERM goes to the main thread, whose blocking read it interrupts (see _on_terminate).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         while not self.stopping.wait(self.options.renew_secs):
             try:
                 self.renew()
@@ -453,6 +486,21 @@ class Lessee:
                 logger.warning(
                     "renewing leases on %s failed", self.queue.name.prefix, exc_info=True
                 )
+        if self.terminated.is_set():
+            self.close()
+            os._exit(128 + signal.SIGTERM)
+
+    def _on_terminate(self, signum: int, frame: object) -> None:
+        """SIGTERM from Spark (``query.stop()``): give the uncommitted items back, then exit.
+
+        Spark ends the source's process on ``query.stop()`` without calling ``stop()``. The
+        handler only wakes the renewing thread, which gives the items back (as :meth:`close`)
+        and ends the process; it runs in the main thread, which may hold :attr:`lock`. An alarm
+        ends the process after :data:`GIVE_BACK_SECS` if Redis does not answer.
+        """
+        signal.alarm(GIVE_BACK_SECS)
+        self.terminated.set()
+        self.stopping.set()
 
     def close(self) -> None:
         """Stop renewing, and give back the items of every batch Spark has not committed.
@@ -462,14 +510,27 @@ class Lessee:
         The batches' records stay: a restart from the checkpoint replays those batches, and
         takes their items back first (see :meth:`_take_back`).
         """
-        if self.closed:
-            return
-        self.closed = True
+        with self.closing:
+            if self.closed:
+                return
+            self.closed = True
+            self._give_back_all()
+
+    def _give_back_all(self) -> None:
         self.stopping.set()
         try:
             pairs = self._held_items()
             if pairs:
-                back = sum(self.queue.give_back(self.db, [item for _, item in pairs]))
+                flags = self.queue.give_back(self.db, [item for _, item in pairs])
+                back = sum(flags)
+                # Mark the records: a restart that finds the batch written takes its items back.
+                returned = {item.id() for (_, item), ok in zip(pairs, flags, strict=True) if ok}
+                with self.lock:
+                    batches = {b: list(held) for b, held in self.batches.items()}
+                for batch, held in batches.items():
+                    mine = [entry for entry in held if entry[0] in returned]
+                    if mine:
+                        self._save(batch, mine, given_back=True)
                 logger.info(
                     "stopped: gave %d uncommitted items of %s back to the queue",
                     back,
@@ -483,9 +544,21 @@ class Lessee:
                 exc_info=True,
             )
         finally:
-            self.held = {}
-            self.renewer.join(timeout=10)
+            with self.lock:
+                self.held = {}
+            if threading.current_thread() is not self.renewer:
+                self.renewer.join(timeout=10)
             self.db.close()
+
+
+def in_source_process() -> bool:
+    """Whether this is the main thread of the process Spark runs the source's driver side in."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (
+        getattr(spec, "name", None) == SOURCE_PROCESS
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

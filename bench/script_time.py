@@ -1,0 +1,387 @@
+"""Where the server's time goes: Redis time per call of this library's scripts against minimal
+scripts of the same key layout, read from ``INFO commandstats`` on a throw-away redis-server.
+
+    python bench/script_time.py            # every row (about a minute)
+    python bench/script_time.py --quick    # fewer calls
+    python bench/script_time.py --only single batch complete_list
+    python bench/script_time.py --check    # exit 1 when a target ratio is missed
+
+Rows:
+
+* ``single``: add / lease / complete one item per call (in rounds of ROUND items, so the
+  processing list stays short), ours against a minimal script doing the same writes (SET +
+  LPUSH; RPOPLPUSH + GET + SET PX; DEL + LREM + DEL), an empty script, and variants of ours
+  (the include preamble alone) to show what costs what.
+* ``batch``: lease_many + complete_many and add_items at BATCH items per call, against minimal
+  batch scripts, in server time per item and in client items per second.
+* ``complete_list``: complete's server time per call with a long processing list (5k stuck
+  leases at the old end and 5k in flight completed in lease order; 5k in flight completed in
+  random order; 20k in flight), against the same completions with a near-empty list.
+
+Every figure is a ratio of two measurements of the same run; the server and this process share
+the machine, so absolute figures move with its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # the launcher
+
+import servers
+from redis_work_queue import Item, KeyPrefix, WorkQueue, loader
+from redis_work_queue.keyprefix import QueueKeys
+
+ROUND = 50
+BATCH = 100
+DATA = b'{"kind": "resize", "source": "s3://bucket/path/0001.png", "width": 640, "q": 80}'
+PREFIX = "st"
+
+#: Targets: (row, ratio name) -> the largest (or, for rates, smallest) ratio allowed.
+TARGETS = {
+    "add": 1.6,
+    "lease": 2.0,
+    "complete": 1.6,
+    "complete_list": 1.3,
+    "batch_server": 1 / 0.8,
+}
+
+ADD_MIN = """
+local p = ARGV[1]
+redis.call('SET', p .. ':item:' .. ARGV[2], ARGV[3])
+redis.call('LPUSH', KEYS[1], ARGV[2])
+return 1
+"""
+LEASE_MIN = """
+local p = ARGV[1]
+local id = redis.call('RPOPLPUSH', KEYS[1], p .. ':processing')
+if not id then
+  return nil
+end
+local data = redis.call('GET', p .. ':item:' .. id)
+redis.call('SET', p .. ':lease:' .. id, ARGV[2], 'PX', ARGV[3])
+return {id, data}
+"""
+COMPLETE_MIN = """
+local p, id = ARGV[1], ARGV[2]
+local done = redis.call('DEL', p .. ':item:' .. id)
+redis.call('LREM', p .. ':processing', 1, id)
+redis.call('DEL', p .. ':lease:' .. id)
+return done
+"""
+EMPTY = "return 1"
+ADD_MANY_MIN = """
+local p, ids = ARGV[1], {}
+for i = 2, #ARGV, 2 do
+  redis.call('SET', p .. ':item:' .. ARGV[i], ARGV[i + 1])
+  ids[#ids + 1] = ARGV[i]
+end
+redis.call('LPUSH', KEYS[1], unpack(ids))
+local out = {}
+for i = 1, #ids do
+  out[i] = 1
+end
+return out
+"""
+LEASE_MANY_MIN = """
+local p = ARGV[1]
+local ids = redis.call('RPOP', KEYS[1], tonumber(ARGV[4]))
+if not ids then
+  return {}
+end
+redis.call('LPUSH', p .. ':processing', unpack(ids))
+local keys = {}
+for i, id in ipairs(ids) do
+  keys[i] = p .. ':item:' .. id
+  redis.call('SET', p .. ':lease:' .. id, ARGV[2], 'PX', ARGV[3])
+end
+local data = redis.call('MGET', unpack(keys))
+local out = {}
+for i, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = data[i]
+end
+return out
+"""
+COMPLETE_MANY_MIN = """
+local p, items, leases = ARGV[1], {}, {}
+for i = 2, #ARGV do
+  items[#items + 1] = p .. ':item:' .. ARGV[i]
+  leases[#leases + 1] = p .. ':lease:' .. ARGV[i]
+  redis.call('LREM', p .. ':processing', -1, ARGV[i])
+end
+local out = {}
+for i = 1, #items do
+  out[i] = redis.call('DEL', items[i])
+end
+redis.call('DEL', unpack(leases))
+return out
+"""
+
+
+# The server ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_server(binary: str) -> Iterator[redis.Redis]:
+    """A throw-away redis-server (no persistence; the tests' launcher) and a client of it."""
+    os.environ[servers.BINARY_ENV] = binary
+    with tempfile.TemporaryDirectory(prefix="script-time-") as base:
+        server = servers.start_server(Path(base))
+        db = redis.Redis(port=server.port)
+        try:
+            yield db
+        finally:
+            db.close()
+            server.stop()
+
+
+# Measuring -------------------------------------------------------------------------------------
+
+
+class Meter:
+    """Server time (µs) and calls of EVALSHA, summed over the phases measured."""
+
+    def __init__(self, db: redis.Redis) -> None:
+        self.db = db
+        self.usec = 0
+        self.calls = 0
+        self.wall = 0.0
+
+    def measure(self, phase: Callable[[], Any]) -> Any:
+        self.db.config_resetstat()
+        start = time.perf_counter()
+        out = phase()
+        self.wall += time.perf_counter() - start
+        stats = self.db.info("commandstats").get("cmdstat_evalsha", {})
+        self.usec += int(stats.get("usec", 0))
+        self.calls += int(stats.get("calls", 0))
+        return out
+
+    @property
+    def per_call(self) -> float:
+        return self.usec / max(self.calls, 1)
+
+
+def loaded(db: redis.Redis, source: str) -> Callable[..., Any]:
+    sha = db.script_load(source)
+
+    def call(keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
+        return db.evalsha(sha, len(keys), *keys, *args)
+
+    return call
+
+
+# Rows ------------------------------------------------------------------------------------------
+
+
+def single(db: redis.Redis, rounds: int) -> dict[str, float]:
+    """Server µs per call of ours, the minimal scripts, the empty script and the preambles."""
+    keys = QueueKeys(KeyPrefix(PREFIX))
+    queue = WorkQueue(KeyPrefix(PREFIX))
+    mins = {n: loaded(db, s) for n, s in (("add", ADD_MIN), ("lease", LEASE_MIN))}
+    mins["complete"] = loaded(db, COMPLETE_MIN)
+    empty = loaded(db, EMPTY)
+    preamble = {
+        name: loaded(db, loader.assemble_text(_includes(name) + "\nreturn 1\n", name).text)
+        for name in ("add", "lease", "complete")
+    }
+    meters = {
+        f"{who}_{op}": Meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
+    }
+    meters["empty"] = Meter(db)
+    for op in preamble:
+        meters[f"preamble_{op}"] = Meter(db)
+    sk, sa = keys.script_keys, keys.script_args
+
+    def one_round(ids: list[str]) -> None:
+        db.flushall()
+        meters["ours_add"].measure(lambda: [queue.add_item(db, Item(DATA, id=i)) for i in ids])
+        items = meters["ours_lease"].measure(
+            lambda: [queue.lease(db, 30, block=False) for _ in ids]
+        )
+        meters["ours_complete"].measure(lambda: [queue.complete(db, it) for it in items if it])
+        db.flushall()
+        meters["min_add"].measure(lambda: [mins["add"](sk, (*sa, i, DATA)) for i in ids])
+        got = meters["min_lease"].measure(
+            lambda: [mins["lease"](sk, (*sa, "t@1", 30000)) for _ in ids]
+        )
+        meters["min_complete"].measure(lambda: [mins["complete"](sk, (*sa, g[0])) for g in got])
+        meters["empty"].measure(lambda: [empty(sk, sa) for _ in ids])
+        for op, script in preamble.items():
+            meters[f"preamble_{op}"].measure(lambda s=script: [s(sk, sa) for _ in ids])
+
+    for r in range(rounds):
+        one_round([f"i{r * ROUND + k}" for k in range(ROUND)])
+    return {name: m.per_call for name, m in meters.items()}
+
+
+def _includes(name: str) -> str:
+    source = loader.read(loader.lua_dir() / f"{name}.lua")
+    return "\n".join(line for line in source.splitlines() if line.startswith("--#include"))
+
+
+def batch(db: redis.Redis, rounds: int) -> dict[str, float]:
+    """Per item: server µs and client items/s of ours and the minimal batch scripts."""
+    keys = QueueKeys(KeyPrefix(PREFIX))
+    queue = WorkQueue(KeyPrefix(PREFIX))
+    add_min, lease_min = loaded(db, ADD_MANY_MIN), loaded(db, LEASE_MANY_MIN)
+    complete_min = loaded(db, COMPLETE_MANY_MIN)
+    sk, sa = keys.script_keys, keys.script_args
+    m = {k: Meter(db) for k in ("ours_add", "min_add", "ours_cycle", "min_cycle")}
+    items_total = 0
+    for r in range(rounds):
+        db.flushall()
+        batch_items = [Item(DATA, id=f"b{r}-{k}") for k in range(BATCH * 10)]
+        items_total += len(batch_items)
+        for start in range(0, len(batch_items), BATCH):
+            chunk = batch_items[start : start + BATCH]
+            m["ours_add"].measure(lambda c=chunk: queue.add_items(db, c))
+
+        def ours_cycle() -> None:
+            while True:
+                leased = queue.lease_many(db, 30, BATCH, block=False)
+                if not leased:
+                    return
+                queue.complete_many(db, leased)
+
+        m["ours_cycle"].measure(ours_cycle)
+        db.flushall()
+        for start in range(0, len(batch_items), BATCH):
+            fields: list[Any] = []
+            for item in batch_items[start : start + BATCH]:
+                fields += (item.id(), item.data())
+            m["min_add"].measure(lambda f=fields: add_min(sk, (*sa, *f)))
+
+        def min_cycle() -> None:
+            while True:
+                flat = lease_min(sk, (*sa, "t@1", 30000, BATCH))
+                if not flat:
+                    return
+                complete_min(sk, (*sa, *flat[0::2]))
+
+        m["min_cycle"].measure(min_cycle)
+    out: dict[str, float] = {}
+    for name, meter in m.items():
+        out[f"{name}_usec_per_item"] = meter.usec / items_total
+        out[f"{name}_items_per_s"] = items_total / meter.wall
+    return out
+
+
+def complete_list(db: redis.Redis, n: int) -> dict[str, float]:
+    """Server µs per complete call, with the processing list in several shapes."""
+    queue = WorkQueue(KeyPrefix(PREFIX))
+    out: dict[str, float] = {}
+
+    def case(name: str, stuck_old: int, flight: int, order: str, stuck_new: int = 0) -> None:
+        db.flushall()
+        total = stuck_old + flight + stuck_new
+        queue.add_items(db, [Item(DATA, id=f"c{k}") for k in range(total)])
+        held: list[Item] = []
+        while len(held) < total:
+            held += queue.lease_many(db, 300, min(500, total - len(held)), block=False)
+        done = held[stuck_old : stuck_old + flight]
+        if order == "random":
+            random.Random(7).shuffle(done)
+        elif order == "lifo":
+            done.reverse()
+        meter = Meter(db)
+        meter.measure(lambda: [queue.complete(db, it) for it in done])
+        out[name] = meter.per_call
+
+    # The same completions with a near-empty list: ROUND leased at a time, completed in order.
+    db.flushall()
+    queue.add_items(db, [Item(DATA, id=f"e{k}") for k in range(n)])
+    empty = Meter(db)
+    for _ in range(0, n, ROUND):
+        few = queue.lease_many(db, 300, ROUND, block=False)
+        empty.measure(lambda f=few: [queue.complete(db, it) for it in f])
+    out["empty_list"] = empty.per_call
+    case("stuck_old_fifo", n, n, "fifo")
+    case("stuck_new_fifo", 0, n, "fifo", stuck_new=n)
+    case("stuck_old_random", n, n, "random")
+    case("stuck_old_lifo", n, n, "lifo")
+    case("flight_4n_random", 0, 4 * n, "random")
+    case("flight_4n_fifo", 0, 4 * n, "fifo")
+    return out
+
+
+# Report ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls")
+    parser.add_argument("--only", nargs="+", choices=("single", "batch", "complete_list"))
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    args = parser.parse_args(argv)
+    rows = args.only or ["single", "batch", "complete_list"]
+    missed: list[str] = []
+    with redis_server(args.redis_server) as db:
+        version = db.info("server")["redis_version"]
+        print(f"redis {version}; server time per call from INFO commandstats (usec_per_call)")
+        if "single" in rows:
+            s = single(db, 10 if args.quick else 40)
+            print("\nsingle item per call, µs per call (ours / minimal same-layout script):")
+            for op in ("add", "lease", "complete"):
+                ratio = s[f"ours_{op}"] / s[f"min_{op}"]
+                print(
+                    f"  {op:9s} ours {s[f'ours_{op}']:6.1f}  minimal {s[f'min_{op}']:6.1f}  "
+                    f"ratio {ratio:4.2f} (target <= {TARGETS[op]})  "
+                    f"include preamble alone {s[f'preamble_{op}']:5.1f}"
+                )
+                if ratio > TARGETS[op]:
+                    missed.append(f"{op} {ratio:.2f}")
+            print(f"  empty script {s['empty']:.1f}")
+        if "batch" in rows:
+            bt = batch(db, 3 if args.quick else 10)
+            print(f"\nbatches of {BATCH} per call, per item (ours / minimal batch scripts):")
+            for op, label in (("add", "add_items"), ("cycle", "lease_many+complete_many")):
+                ours_us, min_us = bt[f"ours_{op}_usec_per_item"], bt[f"min_{op}_usec_per_item"]
+                ours_r, min_r = bt[f"ours_{op}_items_per_s"], bt[f"min_{op}_items_per_s"]
+                print(
+                    f"  {label:25s} server µs/item ours {ours_us:5.2f} minimal {min_us:5.2f} "
+                    f"(minimal/ours {min_us / ours_us:4.2f}, target >= 0.8); client items/s "
+                    f"ours {ours_r:8.0f} minimal {min_r:8.0f} (ours/minimal {ours_r / min_r:4.2f})"
+                )
+                if min_us / ours_us < 0.8:
+                    missed.append(f"{label} server {min_us / ours_us:.2f}")
+        if "complete_list" in rows:
+            n = 1000 if args.quick else 5000
+            c = complete_list(db, n)
+            base = c["empty_list"]
+            print(f"\ncomplete with a long processing list, µs per call (n = {n}):")
+            print(f"  near-empty list                   {base:6.1f}")
+            for name, label in (
+                ("stuck_old_fifo", f"{n} stuck at old end + {n} FIFO"),
+                ("stuck_new_fifo", f"{n} FIFO + {n} stuck at new end"),
+                ("stuck_old_random", f"{n} stuck at old end + {n} random"),
+                ("stuck_old_lifo", f"{n} stuck at old end + {n} LIFO"),
+                ("flight_4n_random", f"{4 * n} in flight, random order"),
+                ("flight_4n_fifo", f"{4 * n} in flight, FIFO"),
+            ):
+                ratio = c[name] / base
+                print(f"  {label:34s}{c[name]:6.1f}  ratio {ratio:5.2f} (target <= 1.3)")
+                if ratio > TARGETS["complete_list"]:
+                    missed.append(f"complete {name} {ratio:.2f}")
+    if missed:
+        print("\nmissed: " + ", ".join(missed))
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

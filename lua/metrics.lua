@@ -1,0 +1,17 @@
+-- metrics: what a metrics exporter reads of a queue besides its stats, in one read-only call.
+--#include queue.lua
+-- KEYS[1] the queue's main queue (its other keys are named from ARGV[1], the key prefix P).
+-- arg(1) the most due delayed items to count (the count is capped there: it reads their ids).
+-- Returns {now, counts, durations, oldest, due, first_due, workers}: the server time in ms, the
+-- flat HGETALL of P:counts and of P:durations, the id at the old end of the main queue (the
+-- next to be leased; nil when empty), how many delayed items are due (at most arg(1)), the due
+-- time in ms of the earliest delayed item (nil when none) and how many workers' registrations are live.
+-- Keeps: read only.
+local now = now_ms()
+local first = redis.call('ZRANGE', Q.delayed, 0, 0, 'WITHSCORES')
+return {
+  now, redis.call('HGETALL', Q.counts), redis.call('HGETALL', Q.durations),
+  redis.call('LINDEX', Q.queue, -1),
+  #redis.call('ZRANGEBYSCORE', Q.delayed, '-inf', now, 'LIMIT', 0, tonumber(arg(1))),
+  first[2] or false, #redis.call('ZRANGEBYSCORE', Q.workers, '(' .. now, '+inf'),
+}

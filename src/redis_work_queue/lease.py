@@ -1,0 +1,313 @@
+"""The lease engine: how a lease, from one queue or several, is made of script calls.
+
+A lease runs in two phases. *Take now*: the lease script (``lua/lease.lua``) hands out what the
+queues hold, in priority order; when it has spent its budget (:data:`LEASE_BUDGET`) on ids it
+dropped or buried without handing anything out, it replies :data:`CALL_AGAIN` and is called
+again. *Then wait*, when a blocking lease found nothing: one queue blocks with BRPOPLPUSH and a
+claim (``lua/claim.lua``); several queues (which must share one script call) block on their
+wake lists. For that, the lease script that finds nothing registers the caller as a worker
+blocked on the queues, and every script that pushes onto a queue with a registered worker also
+pushes a wake-up token. A wake-up carries no item, so a worker that dies while waiting loses
+nothing. A delayed item that falls due before the others also wakes a waiting worker (see
+``schedule`` in ``lua/include/delay.lua``), which then waits for the new due time. Each wait is
+followed by another look. Once items come, the rest of the count is taken without waiting.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import scripts
+from .errors import InvalidArgumentError
+from .item import Item
+from .protocol import Command, ScriptCall, Sleep, Steps
+from .validation import decode, new_token, to_ms
+
+if TYPE_CHECKING:
+    from .ops import QueueOps
+
+#: The lease script's reply when it spent its budget without handing anything out: call again
+#: (``CALL_AGAIN`` in lua/lease.lua).
+CALL_AGAIN = -2
+#: Ids a lease call may drop or bury before handing control back (and due delayed items it
+#: promotes per queue); passed to the lease script as its budget.
+LEASE_BUDGET = 100
+#: Items leased per script call by lease_many.
+LEASE_CHUNK = 500
+#: Redis checks the timeouts of blocked clients on its own clock tick (100 ms at the default
+#: hz 10), so a waiting worker wakes for a delayed item by blocking until shortly before it is
+#: due and then sleeping locally for the rest: it gets the item within a few ms of its due time.
+TICK_SECS = 0.11
+#: The longest single blocking wait of a worker, whatever the timeout asked. A worker of
+#: another implementation blocked on the same main queue may take the wake-up meant for ours
+#: (see ``schedule`` in ``lua/include/delay.lua``); ours then still looks again within this
+#: time. A worker's registration in ``P:waiting`` lapses one second after its wait ends, so
+#: a worker killed while waiting leaves no trace after two.
+WAIT_SLICE_SECS = 1.0
+#: How long a blocked worker's registration in ``P:waiting`` outlives its wait.
+REGISTRATION_GRACE_MS = 1000
+#: The shortest wait: a blocking lease with less time left than this does not wait.
+MIN_WAIT_SECS = 0.001
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """What one lease asks for, checked once (see ``WorkQueue.lease``).
+
+    Attributes:
+        count: The most items to lease.
+        lease_ms: The length of each lease, in ms.
+        at_most_once: Hand each item out at most once (it is removed as it is handed out)
+            instead of leasing it.
+        block: Wait for an item when there is none.
+        timeout_ms: How long a blocking lease waits in all, in ms; 0 for no limit.
+        max_block: The longest single blocking command, in seconds (it must fit in the
+            connection's socket timeout).
+    """
+
+    count: int
+    lease_ms: int
+    at_most_once: bool = False
+    block: bool = False
+    timeout_ms: int = 0
+    max_block: float = 60.0
+
+    @classmethod
+    def of(
+        cls,
+        lease_secs: float,
+        *,
+        block: bool = False,
+        timeout: float = 0,
+        at_most_once: bool = False,
+        max_block: float = 60.0,
+        count: int = 1,
+    ) -> LeaseRequest:
+        """Check a lease's arguments, as the public methods take them, and make the request.
+
+        Raises:
+            InvalidArgumentError: ``count`` is not a positive int, ``lease_secs`` not a positive
+                number of seconds, or (when blocking) ``timeout`` not zero or positive.
+        """
+        if type(count) is not int or count < 1:
+            raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+        lease_ms = to_ms(lease_secs, "lease_secs")
+        timeout_ms = to_ms(timeout, "timeout", minimum=0) if block else 0
+        return cls(count, lease_ms, bool(at_most_once), bool(block), timeout_ms, max_block)
+
+    @property
+    def chunk(self) -> int:
+        """How many items the first look asks for."""
+        return min(self.count, LEASE_CHUNK)
+
+
+class LeasePlan:
+    """The fixed parts of the lease calls over one list of queues (built once per queue)."""
+
+    __slots__ = ("keys", "limits", "prefix_args", "queues", "slot_keys")
+
+    def __init__(self, queues: Sequence[QueueOps]) -> None:
+        self.queues = tuple(queues)
+        self.keys = tuple(k for q in queues for k in q.script_keys)
+        self.prefix_args = tuple(a for q in queues for a in q.script_args)
+        self.slot_keys = tuple(k for q in queues for k in q.slot_keys)
+        self.limits = tuple(q.max_deliveries for q in queues)
+
+    def lease(
+        self,
+        request: LeaseRequest,
+        token: str,
+        want: int,
+        register_ms: int = 0,
+        waiter: str = "",
+        registered: bool = False,
+    ) -> ScriptCall:
+        """The lease script call (see lua/lease.lua) for up to ``want`` items.
+
+        Args:
+            request: The lease.
+            token: The token of the leases this call gives.
+            want: How many items to take.
+            register_ms: When nothing is found, register the caller as a worker blocked on the
+                queues for this long (0: it will not block).
+            waiter: The caller's id as a blocked worker.
+            registered: The caller is registered already (it leaves once it has items, or when
+                ``register_ms`` is 0).
+        """
+        args: tuple[scripts.Arg, ...] = (
+            *self.prefix_args,
+            request.lease_ms,
+            token,
+            "1" if request.at_most_once else "0",
+            want,
+            LEASE_BUDGET,
+            register_ms,
+            waiter,
+            "1" if registered else "0",
+            *self.limits,
+        )
+        return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
+
+    def claim(self, request: LeaseRequest, token: str, moved: bytes, waiter: str) -> ScriptCall:
+        """The claim script call (see lua/claim.lua) of an id a blocking pop moved; one queue."""
+        args: tuple[scripts.Arg, ...] = (
+            *self.prefix_args,
+            request.lease_ms,
+            token,
+            "1" if request.at_most_once else "0",
+            moved,
+            waiter,
+            self.limits[0],
+        )
+        return ScriptCall(scripts.load("claim"), self.keys, args, None, self.slot_keys)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One look and wait of a blocking lease: the time left, and the longest this wait blocks."""
+
+    left: float
+    slice_secs: float
+
+    @property
+    def register_ms(self) -> int:
+        """How long the look registers the caller as a blocked worker (0: it will not wait)."""
+        if self.left <= MIN_WAIT_SECS:
+            return 0
+        return round(self.slice_secs * 1000) + REGISTRATION_GRACE_MS
+
+
+class _Waiter:
+    """A blocking lease between its looks: its id as a blocked worker, and its deadline."""
+
+    __slots__ = ("deadline", "id", "max_block", "registered")
+
+    def __init__(self, request: LeaseRequest) -> None:
+        self.id = new_token()
+        timeout = request.timeout_ms / 1000
+        self.deadline = time.monotonic() + timeout if timeout else math.inf
+        self.max_block = request.max_block
+        #: Whether a look registered it (it then looks again as a registered worker).
+        self.registered = False
+
+    def next_round(self) -> _Round:
+        """The time left now, and the longest the next wait may block."""
+        left = self.deadline - time.monotonic()
+        return _Round(left, max(min(left, self.max_block, WAIT_SLICE_SECS), MIN_WAIT_SECS))
+
+
+def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list[tuple[int, Item]]]:
+    """Lease up to ``request.count`` items from ``queues`` in priority order.
+
+    Returns:
+        (queue index, item) pairs, in the order handed out; empty when nothing came in time.
+    """
+    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+    waiter = _Waiter(request) if request.block else None
+    while True:
+        token = new_token()
+        this_round = waiter.next_round() if waiter is not None else None
+        look = yield from _take_now(plan, request, token, waiter, this_round)
+        if isinstance(look, list):
+            rows, more = look, len(look) == request.chunk
+        else:
+            if waiter is None or this_round is None or this_round.left <= MIN_WAIT_SECS:
+                return []
+            claimed = yield from _wait(plan, request, token, waiter, this_round, look)
+            if claimed is None:
+                continue
+            # What woke us may have brought more: take it too, without waiting.
+            rows, more = claimed, True
+        got = [_leased(row, token, request.at_most_once) for row in rows]
+        return (yield from _take_rest(plan, request, got, more))
+
+
+def _take_now(
+    plan: LeasePlan,
+    request: LeaseRequest,
+    token: str,
+    waiter: _Waiter | None,
+    this_round: _Round | None,
+) -> Steps[list[Any] | int]:
+    """Phase one: look at the queues, registering as a blocked worker when a wait may follow.
+
+    Returns:
+        The rows handed out; or, when there are none, the ms until the next delayed item is due
+        (-1 when none is).
+    """
+    register_ms = this_round.register_ms if this_round is not None else 0
+    while True:
+        if waiter is None:
+            reply = yield plan.lease(request, token, request.chunk)
+        else:
+            reply = yield plan.lease(
+                request, token, request.chunk, register_ms, waiter.id, waiter.registered
+            )
+        if reply != CALL_AGAIN:
+            break
+    if waiter is not None and register_ms > 0 and not isinstance(reply, list):
+        waiter.registered = True
+    return reply if isinstance(reply, list) else int(reply)
+
+
+def _wait(
+    plan: LeasePlan,
+    request: LeaseRequest,
+    token: str,
+    waiter: _Waiter,
+    this_round: _Round,
+    due_ms: int,
+) -> Steps[list[Any] | None]:
+    """Phase two: wait, at most this round's slice, for something to lease.
+
+    ``due_ms`` is the look's reply: the ms until the next delayed item is due, or -1.
+
+    Returns:
+        The claimed rows when one queue's blocking pop brought an item; None to look again.
+    """
+    slice_secs = this_round.slice_secs
+    if due_ms >= 0:
+        # A delayed item falls due: block until one tick before, then sleep to it.
+        due = due_ms / 1000 + 0.001
+        if due <= TICK_SECS:
+            yield Sleep(min(due, this_round.left))
+            return None
+        slice_secs = min(slice_secs, due - TICK_SECS)
+    wait = round(max(slice_secs, MIN_WAIT_SECS), 3)
+    if len(plan.queues) > 1:
+        yield Command(("BLPOP", *(q.keys.wake for q in plan.queues), wait))
+        return None
+    keys = plan.queues[0].keys
+    moved = yield Command(("BRPOPLPUSH", keys.queue, keys.processing, wait))
+    if moved is None:
+        return None
+    reply = yield plan.claim(request, token, moved, waiter.id)
+    return reply if isinstance(reply, list) else None
+
+
+def _take_rest(
+    plan: LeasePlan, request: LeaseRequest, got: list[tuple[int, Item]], more: bool
+) -> Steps[list[tuple[int, Item]]]:
+    """Take what is left of the count, in chunks, without waiting (while there may be ``more``)."""
+    while more and len(got) < request.count:
+        want = min(request.count - len(got), LEASE_CHUNK)
+        token = new_token()
+        reply = yield plan.lease(request, token, want)
+        if reply == CALL_AGAIN:
+            continue
+        if not isinstance(reply, list):
+            break
+        got += (_leased(row, token, request.at_most_once) for row in reply)
+        more = len(reply) == want
+    return got
+
+
+def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:
+    """The (queue index, item) of one row of a lease or claim reply."""
+    index, raw_id, data, deliveries, leased_at = row
+    lease_token = None if at_most_once else f"{token}@{leased_at}"
+    return index - 1, Item.handed_out(decode(raw_id), data, deliveries, lease_token)

@@ -1,0 +1,221 @@
+"""Assembles the package's Lua scripts from their files, and maps server errors back to them.
+
+A script (``lua/<name>.lua``) and each shared piece (``lua/include/<name>.lua``) declares the
+pieces it uses itself, in its leading comment block, one per line::
+
+    --#include queue.lua
+
+The loader resolves these includes recursively and expands each piece once, its own includes
+first, ahead of the script's text, so a script lists only what it uses directly. It raises
+:class:`~redis_work_queue.errors.LuaSourceError` when a script is loaded, before anything is
+sent to Redis, for a missing or circular include (naming the chain that leads to it), and for
+any line starting with ``--#`` that is not exactly such a directive: a trailing space or
+carriage return, another verb, or a directive after the file's first line of code.
+
+The assembled text keeps a map from each of its lines to a file and line, so that an error raised
+by the server (``user_script:123``) also names where it comes from (``lua/include/take.lua:17``):
+see :func:`locate`.
+
+``python -m redis_work_queue.lualint`` lints every script with luacheck, and ``python -m
+redis_work_queue.lualint lease`` prints the lease script as it is sent (see :mod:`.lualint`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import LuaSourceError
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # pragma: no cover - Python 3.10
+    from importlib.abc import Traversable
+
+#: How every directive line starts; any line that starts so must be a valid directive.
+DIRECTIVE = "--#"
+_INCLUDE = re.compile(r"--#include ([A-Za-z0-9_]+\.lua)")
+#: Where the server says a script error happened, and which script it was: Redis writes
+#: ``user_script:12: ... script: <sha1>, on @user_script:12.``; fakeredis writes ``(call to
+#: f_<sha1>): @user_script:?: [string "<python>"]:12: ...``.
+_POSITION = re.compile(r'(?:@?user_script|\[string "[^"]*"\]):(\d+)')
+_SHA = re.compile(r"(?:script: |call to f_)([0-9a-f]{40})")
+
+
+def lua_dir() -> Traversable:
+    """The ``lua`` directory: inside the installed package, else at the source tree's root.
+
+    An installed package may be a directory or a zip (shipped to Spark with ``--py-files``).
+    """
+    packaged = resources.files("redis_work_queue") / "lua"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "lua"
+
+
+def script_names(root: Traversable | None = None) -> list[str]:
+    """The names of the scripts in ``root`` (the package's ``lua`` directory by default)."""
+    root = lua_dir() if root is None else root
+    return sorted(p.name[: -len(".lua")] for p in root.iterdir() if p.name.endswith(".lua"))
+
+
+def read(file: Traversable) -> str:
+    """A file's text exactly as stored: carriage returns are kept, so a directive with one fails."""
+    return file.read_bytes().decode("utf-8")
+
+
+@dataclass(frozen=True)
+class LuaFile:
+    """One Lua file as read: the includes it declares, and its other lines.
+
+    Attributes:
+        label: The file's path from the ``lua`` directory's parent (``lua/include/take.lua``).
+        includes: The include files it declares, in its order.
+        lines: Each of its other lines, with its line number (trailing blank lines dropped).
+    """
+
+    label: str
+    includes: tuple[str, ...]
+    lines: tuple[tuple[int, str], ...]
+
+
+def parse(text: str, label: str) -> LuaFile:
+    """Split one file's text into its include directives and its other lines.
+
+    Raises:
+        LuaSourceError: A line starting with ``--#`` is not exactly ``--#include <name>.lua``, a
+            directive follows the first line of code, or a file is included twice.
+    """
+    includes: list[str] = []
+    lines: list[tuple[int, str]] = []
+    header = True
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.lstrip().startswith(DIRECTIVE):
+            match = _INCLUDE.fullmatch(line)
+            if match is None:
+                raise LuaSourceError(
+                    f"{label}:{number}: {line!r} is not a directive: write exactly "
+                    "'--#include <name>.lua' (no space around it, no carriage return)"
+                )
+            if not header:
+                raise LuaSourceError(
+                    f"{label}:{number}: {line!r} comes after code: declare includes in the "
+                    "file's leading comments"
+                )
+            if match[1] in includes:
+                raise LuaSourceError(f"{label}:{number}: {match[1]} is included twice")
+            includes.append(match[1])
+            continue
+        if header and line.strip() and not line.lstrip().startswith("--"):
+            header = False
+        lines.append((number, line))
+    while lines and not lines[-1][1].strip():
+        lines.pop()
+    return LuaFile(label, tuple(includes), tuple(lines))
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A script as sent to Redis, with the file and line each of its lines comes from.
+
+    Attributes:
+        name: The script's name (``lease`` for ``lua/lease.lua``).
+        text: The text sent: each include once, dependencies first, then the script.
+        origins: For line ``n`` of ``text``, ``origins[n - 1]`` is (file label, line number).
+        includes: The include files expanded, in their order in ``text``.
+        sha: The SHA1 of ``text``, which the server names in its errors.
+    """
+
+    name: str
+    text: str
+    origins: tuple[tuple[str, int], ...]
+    includes: tuple[str, ...]
+    sha: str
+
+    def origin(self, line: int) -> str | None:
+        """``file:line`` for line ``line`` (from 1) of :attr:`text`; None if there is none."""
+        if 1 <= line <= len(self.origins):
+            label, number = self.origins[line - 1]
+            return f"{label}:{number}"
+        return None
+
+
+#: Every script assembled in this process, by SHA1, for :func:`locate`.
+_ASSEMBLED: dict[str, Assembled] = {}
+
+
+def assemble(name: str, root: Traversable | None = None) -> Assembled:
+    """Assemble the script ``<root>/<name>.lua`` (``root``: the package's ``lua`` directory).
+
+    Raises:
+        LuaSourceError: The script does not exist, or an include of it (at any depth) is
+            missing, circular or malformed.
+    """
+    root = lua_dir() if root is None else root
+    file = root / f"{name}.lua"
+    if not file.is_file():
+        raise LuaSourceError(f"no script {root.name}/{name}.lua")
+    return assemble_text(read(file), name, root)
+
+
+def assemble_text(text: str, name: str, root: Traversable | None = None) -> Assembled:
+    """Assemble a script given as text, as if it were ``<root>/<name>.lua``.
+
+    Raises:
+        LuaSourceError: As :func:`assemble`.
+    """
+    root = lua_dir() if root is None else root
+    script = parse(text, f"{root.name}/{name}.lua")
+    parts: list[LuaFile] = []
+    done: set[str] = set()
+
+    def visit(include: str, chain: tuple[str, ...]) -> None:
+        path = " -> ".join((f"{name}.lua", *chain, include))
+        if include in chain:
+            raise LuaSourceError(f"circular include: {path}")
+        if include in done:
+            return
+        label = f"{root.name}/include/{include}"
+        file = root / "include" / include
+        if not file.is_file():
+            raise LuaSourceError(f"missing include: {path} ({label} does not exist)")
+        parsed = parse(read(file), label)
+        for inner in parsed.includes:
+            visit(inner, (*chain, include))
+        done.add(include)
+        parts.append(parsed)
+
+    for include in script.includes:
+        visit(include, ())
+    lines: list[str] = []
+    origins: list[tuple[str, int]] = []
+    for part in (*parts, script):
+        for number, line in part.lines:
+            lines.append(line)
+            origins.append((part.label, number))
+    body = "\n".join(lines) + "\n"
+    sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+    includes = tuple(p.label.rsplit("/", 1)[-1] for p in parts)
+    assembled = Assembled(name, body, tuple(origins), includes, sha)
+    _ASSEMBLED[sha] = assembled
+    return assembled
+
+
+def locate(message: str) -> str:
+    """Prefix a script error from the server with the file and line it comes from.
+
+    ``message`` is the server's text (``ERR user_script:40: ... script: <sha1>, on
+    @user_script:40.``); when it names a script assembled in this process and a line of it,
+    the result starts with that line's origin (``lua/include/take.lua:17: ERR ...``), the
+    original text following unchanged. Any other message is returned as it is.
+    """
+    sha, position = _SHA.search(message), _POSITION.search(message)
+    if sha is None or position is None:
+        return message
+    assembled = _ASSEMBLED.get(sha[1])
+    where = assembled.origin(int(position[1])) if assembled is not None else None
+    return message if where is None else f"{where}: {message}"

@@ -1,0 +1,133 @@
+"""Checks and conversions of what callers pass in, done before anything is sent to Redis.
+
+Each check raises :class:`~redis_work_queue.errors.InvalidArgumentError` naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime
+
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from .item import Item
+
+#: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
+MAX_SECS = 10**9
+
+
+def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
+    """Validate a duration in seconds and convert it to whole milliseconds.
+
+    Raises:
+        InvalidArgumentError: It is not a finite number of at least ``minimum`` ms and at most
+            ``MAX_SECS`` seconds.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a number of seconds, not {type(seconds).__name__}"
+        )
+    if not math.isfinite(seconds) or seconds < 0 or (minimum > 0 and seconds <= 0):
+        kind = "positive" if minimum > 0 else "zero or positive"
+        raise InvalidArgumentError(f"{what} must be {kind} and finite, got {seconds!r}")
+    if seconds > MAX_SECS:
+        raise InvalidArgumentError(f"{what} must be at most {MAX_SECS} seconds, got {seconds!r}")
+    ms = round(seconds * 1000)
+    if ms < minimum:
+        raise InvalidArgumentError(f"{what} must be at least {minimum / 1000}, got {seconds!r}")
+    return ms
+
+
+def check_max_deliveries(value: int | None) -> int:
+    """Validate ``max_deliveries``; 0 stands for no limit in the scripts.
+
+    Raises:
+        InvalidArgumentError: It is not None or a positive int.
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"max_deliveries must be a positive int or None, got {value!r}")
+    return value
+
+
+def check_replicas(value: int) -> int:
+    """Validate a number of replicas to wait for.
+
+    Raises:
+        InvalidArgumentError: It is not an int of at least 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"replicas must be an int >= 0, got {value!r}")
+    return value
+
+
+def new_token() -> str:
+    """A fresh lease token: 96 random bits (unique, not secret: it names a lease).
+
+    The ``random`` module reseeds itself in a forked child, so forked workers never share
+    tokens.
+    """
+    return f"{random.getrandbits(96):024x}"
+
+
+def decode(raw: bytes | str) -> str:
+    """Decode an id or text read from Redis; bytes that are not UTF-8 survive a round trip."""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "surrogateescape")
+    return raw
+
+
+def check_item(item: object) -> Item:
+    """Return ``item`` if it is an :class:`Item`.
+
+    Raises:
+        InvalidArgumentError: It is not.
+    """
+    if not isinstance(item, Item):
+        raise InvalidArgumentTypeError(f"expected an Item, got {type(item).__name__}")
+    # An item is a dict, so its two keys can be changed after it was made.
+    item_id, data = item.get("id"), item.get("data")
+    if type(item_id) is not str or not isinstance(data, bytes):
+        raise InvalidArgumentTypeError(
+            f"an item needs item['id'] a str and item['data'] bytes; got "
+            f"{type(item_id).__name__} and {type(data).__name__} (make it with Item(data, id))"
+        )
+    return item
+
+
+def held_token(item: object) -> tuple[Item, str]:
+    """Return a leased item and its lease token.
+
+    Raises:
+        InvalidArgumentError: It is not an Item, or it was not leased by this library.
+    """
+    item = check_item(item)
+    if item.lease_token is None:
+        raise InvalidArgumentError(f"item {item.id()!r} carries no lease token: it was not leased")
+    return item, item.lease_token
+
+
+def when_due(delay: float | datetime | None) -> tuple[int, int]:
+    """Turn a delay (seconds from now, or an aware datetime) into (delay ms, due ms)."""
+    if delay is None:
+        return 0, 0
+    if isinstance(delay, datetime):
+        if delay.tzinfo is None:
+            raise InvalidArgumentError("a due time must be a timezone-aware datetime")
+        return 0, max(round(delay.timestamp() * 1000), 1)
+    return to_ms(delay, "delay", minimum=0), 0
+
+
+def check_page(start: int, count: int) -> None:
+    """Validate a page of a listing: ``start`` an int (negative counts from the end).
+
+    ``count`` must be a positive int.
+
+    Raises:
+        InvalidArgumentError: Either is not.
+    """
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise InvalidArgumentError(f"start must be an int, got {start!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")

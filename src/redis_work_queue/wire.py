@@ -1,0 +1,417 @@
+"""The wire path of script calls: sent on a connection of the client's pool, packed once.
+
+redis-py spends most of a short command's time in its command layer (argument encoding,
+response callbacks, instrumentation) rather than on the wire. A queue's hot operations (add,
+lease, complete, renew, release and their batch forms) are a handful of script calls whose
+command prefix (``EVALSHA <sha> <numkeys> <keys>``) never changes for a queue, so they take a
+shorter path on the very client the caller passed:
+
+* a connection is taken from the client's own pool (``connection_pool.get_connection()``,
+  which connects it, and checks that nothing is left unread on it) and given back after;
+* the command is the cached prefix followed by the arguments, packed here;
+* the reply is read without decoding (``read_response(disable_decoding=True)``), as
+  redis-py's own pipelines read theirs, so it is the same value the command layer returns;
+* sending and reading go through the connection's ``retry`` exactly as redis-py's
+  ``execute_command`` does: a lost connection or a timeout (the retry's supported errors) is
+  disconnected and sent again as the client's ``Retry`` allows, then raised. A connection that
+  failed half-way is disconnected before it goes back to the pool, so it is never handed out
+  with a reply left unread.
+
+The path is taken only for clients it knows to behave as stock redis-py: a ``redis.Redis`` or
+``redis.asyncio.Redis`` (or a subclass that leaves command execution alone) over a stock
+``ConnectionPool``, ``BlockingConnectionPool`` or Sentinel pool of stock TCP, TLS, Unix-socket
+or Sentinel-managed connections. Every other client takes redis-py's normal path: Redis
+Cluster clients (redis-py routes by slot and follows MOVED/ASK), clients made with
+``single_connection_client=True``, pools of other classes or with client-side caching,
+connections of other classes (fakeredis), clients with a response callback registered for
+EVAL or EVALSHA, and every client while redis-py's OpenTelemetry metrics are switched on (so
+that they count every command). The decision is made once per client and pool.
+
+Writes followed by WAIT (:mod:`.replicated`) borrow their connection the same way
+(:func:`borrowed`, :func:`aborrowed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+from redis.asyncio.connection import BlockingConnectionPool as AsyncBlockingConnectionPool
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.connection import ConnectionPool as AsyncConnectionPool
+from redis.asyncio.connection import SSLConnection as AsyncSSLConnection
+from redis.asyncio.connection import (
+    UnixDomainSocketConnection as AsyncUnixDomainSocketConnection,
+)
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
+from redis.asyncio.sentinel import (
+    SentinelManagedSSLConnection as AsyncSentinelManagedSSLConnection,
+)
+from redis.connection import (
+    BlockingConnectionPool,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
+from redis.exceptions import ResponseError
+from redis.sentinel import (
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+
+T = TypeVar("T")
+#: An exchange written once as steps: each step is performed by a synchronous or an asyncio
+#: driver (:func:`drive`, :func:`adrive`), which sends back its result or throws its error in.
+Steps = Generator[tuple[Any, ...], Any, T]
+
+#: Where a client keeps its decision: ``(pool, lean)``.
+_ROUTE = "_rwq_wire_route"
+
+_SYNC_POOLS = frozenset({ConnectionPool, BlockingConnectionPool, SentinelConnectionPool})
+_SYNC_CONNECTIONS = frozenset(
+    {
+        Connection,
+        SSLConnection,
+        UnixDomainSocketConnection,
+        SentinelManagedConnection,
+        SentinelManagedSSLConnection,
+    }
+)
+_ASYNC_POOLS = frozenset(
+    {AsyncConnectionPool, AsyncBlockingConnectionPool, AsyncSentinelConnectionPool}
+)
+_ASYNC_CONNECTIONS = frozenset(
+    {
+        AsyncConnection,
+        AsyncSSLConnection,
+        AsyncUnixDomainSocketConnection,
+        AsyncSentinelManagedConnection,
+        AsyncSentinelManagedSSLConnection,
+    }
+)
+#: The methods through which redis-py sends a command: a subclass that replaces one of them
+#: (to trace or reroute commands) keeps its own path.
+_COMMAND_METHODS = ("execute_command", "_execute_command", "parse_response")
+
+#: Arguments longer than this are sent as their own buffer rather than copied into one.
+_BIG_ARG = 16384
+#: The most command prefixes cached per script (one per queue or list of queues leased).
+_MAX_HEADS = 256
+
+
+# Packing -------------------------------------------------------------------------------------
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+def head(command: bytes, script: bytes, keys: Sequence[str]) -> bytes:
+    """The fixed part of a script call: command, script (sha or source), numkeys and keys.
+
+    The leading ``*<count>`` is left out: it depends on the number of arguments.
+    """
+    parts = [_bulk(command), _bulk(script), _bulk(b"%d" % len(keys))]
+    parts += (_bulk(key.encode("utf-8", "surrogateescape")) for key in keys)
+    return b"".join(parts)
+
+
+def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
+    """The whole command: ``*<count>``, ``head``, then ``args`` as bulk strings.
+
+    ``count`` is the number of items in ``head``. Text is encoded as UTF-8 (with
+    ``surrogateescape``, so that ids read back as bytes round-trip), numbers as redis-py
+    encodes them. Returns None for an argument of another type (the caller then sends the call
+    through redis-py, which raises the error it raises for it).
+    """
+    parts = [b"*%d\r\n" % (count + len(args)), head]
+    out: list[bytes] = []
+    for arg in args:
+        kind = type(arg)
+        if kind is bytes:
+            value = arg
+        elif kind is str:
+            value = arg.encode("utf-8", "surrogateescape")
+        elif kind is int:
+            value = b"%d" % arg
+        elif kind is float:
+            value = repr(arg).encode()
+        else:
+            return None
+        if len(value) > _BIG_ARG:
+            parts.append(b"$%d\r\n" % len(value))
+            out += (b"".join(parts), value)
+            parts = [b"\r\n"]
+        else:
+            parts += (b"$%d\r\n" % len(value), value, b"\r\n")
+    out.append(b"".join(parts))
+    return out
+
+
+class Heads:
+    """The cached command prefixes of one script, by (EVALSHA or EVAL, keys)."""
+
+    __slots__ = ("_cache", "_sha", "_source")
+
+    def __init__(self, sha: str, source: bytes) -> None:
+        self._sha = sha.encode("ascii")
+        self._source = source
+        self._cache: dict[tuple[bool, tuple[str, ...]], bytes] = {}
+
+    def packed(self, by_sha: bool, keys: Sequence[str], args: Sequence[Any]) -> list[bytes] | None:
+        """The whole EVALSHA (or EVAL) command for ``keys`` and ``args``; see :func:`pack`."""
+        keys = keys if type(keys) is tuple else tuple(keys)
+        found = self._cache.get((by_sha, keys))
+        if found is None:
+            if len(self._cache) >= _MAX_HEADS:
+                self._cache.clear()
+            if by_sha:
+                found = head(b"EVALSHA", self._sha, keys)
+            else:
+                found = head(b"EVAL", self._source, keys)
+            self._cache[(by_sha, keys)] = found
+        return pack(found, 3 + len(keys), args)
+
+
+# Which clients --------------------------------------------------------------------------------
+
+
+def _observed() -> bool:
+    """Whether redis-py's OpenTelemetry metrics are switched on (redis-py 7.1 and later)."""
+    try:
+        from redis.observability.providers import (  # noqa: PLC0415 - optional module
+            get_observability_instance,
+        )
+    except ImportError:
+        return False
+    try:
+        manager = get_observability_instance().get_provider_manager()
+    except Exception:  # whatever it is, treat it as switched on
+        return True
+    return manager is not None and bool(getattr(manager.config, "enabled_telemetry", True))
+
+
+def _stock(db: Any, base: type, pools: frozenset[type], connections: frozenset[type]) -> bool:
+    kind = type(db)
+    if not isinstance(db, base):
+        return False
+    if any(getattr(kind, name, None) is not getattr(base, name, None) for name in _COMMAND_METHODS):
+        return False
+    pool = getattr(db, "connection_pool", None)
+    if type(pool) not in pools or getattr(pool, "connection_class", None) not in connections:
+        return False
+    if getattr(pool, "cache", None) is not None:
+        return False
+    callbacks = getattr(db, "response_callbacks", {})
+    if "EVALSHA" in callbacks or "EVAL" in callbacks:
+        return False
+    return not _observed()
+
+
+def _patched(db: Any) -> bool:
+    """Whether this client's command path was replaced on the instance (a spy, a tracer)."""
+    own = db.__dict__
+    return any(name in own for name in _COMMAND_METHODS)
+
+
+def lean_pool(db: Any) -> Any:
+    """The pool of a synchronous client that takes the lean path, or None."""
+    pool = getattr(db, "connection_pool", None)
+    found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
+    if found is None or found[0] is not pool:
+        lean = _stock(db, redis.Redis, _SYNC_POOLS, _SYNC_CONNECTIONS)
+        found = (pool, lean)
+        if hasattr(db, "__dict__"):
+            db.__dict__[_ROUTE] = found
+    if not found[1] or db.connection is not None:  # a single-connection client
+        return None
+    if _patched(db):
+        return None
+    return pool
+
+
+def alean_pool(db: Any) -> Any:
+    """The pool of a ``redis.asyncio`` client that takes the lean path, or None."""
+    pool = getattr(db, "connection_pool", None)
+    found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
+    if found is None or found[0] is not pool:
+        lean = _stock(db, redis.asyncio.Redis, _ASYNC_POOLS, _ASYNC_CONNECTIONS)
+        found = (pool, lean)
+        if hasattr(db, "__dict__"):
+            db.__dict__[_ROUTE] = found
+    if not found[1] or db.single_connection_client:
+        return None
+    if _patched(db):
+        return None
+    return pool
+
+
+_NEEDS_NAME: dict[type, tuple[str, ...]] = {}
+
+
+def _name_args(pool: Any) -> tuple[str, ...]:
+    """``get_connection``'s arguments: a command name where it is required (redis-py 5.0)."""
+    kind = type(pool)
+    found = _NEEDS_NAME.get(kind)
+    if found is None:
+        name = inspect.signature(pool.get_connection).parameters.get("command_name")
+        needed = name is not None and name.default is inspect.Parameter.empty
+        found = _NEEDS_NAME[kind] = ("EVALSHA",) if needed else ()
+    return found
+
+
+# Sending -------------------------------------------------------------------------------------
+
+
+def _exchange(conn: Any, packed: list[bytes]) -> Any:
+    """Send one packed command and read its reply, undecoded."""
+    conn.send_packed_command(packed)
+    try:
+        return conn.read_response(disable_decoding=True)
+    except ResponseError:
+        raise
+    except BaseException:  # the reply may be left unread: the connection is not reusable
+        conn.disconnect()
+        raise
+
+
+def send(pool: Any, packed: list[bytes]) -> Any:
+    """Send ``packed`` on a connection of ``pool`` and return its reply, undecoded.
+
+    The connection's retry applies, as in redis-py's ``execute_command``: a connection error
+    or timeout disconnects it, and the command is sent again while the retry allows, then
+    the error is raised.
+
+    Raises:
+        redis.exceptions.ResponseError: The server's error reply (such as NOSCRIPT).
+        redis.exceptions.ConnectionError: The connection was lost (retries spent).
+        redis.exceptions.TimeoutError: No reply within the socket timeout (retries spent).
+    """
+    conn = pool.get_connection(*_name_args(pool))
+    try:
+        return conn.retry.call_with_retry(
+            lambda: _exchange(conn, packed), lambda _error, *_: conn.disconnect()
+        )
+    finally:
+        pool.release(conn)
+
+
+async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
+    """Asynchronous :func:`_exchange`."""
+    await conn.send_packed_command(packed)
+    try:
+        return await conn.read_response(disable_decoding=True)
+    except ResponseError:
+        raise
+    except BaseException:  # cancelled mid-read too: the reply may be left unread
+        await conn.disconnect()
+        raise
+
+
+async def asend(pool: Any, packed: list[bytes]) -> Any:
+    """Asynchronous :func:`send`, on a ``redis.asyncio`` pool."""
+    conn = await pool.get_connection(*_name_args(pool))
+    try:
+        return await conn.retry.call_with_retry(
+            lambda: _aexchange(conn, packed), lambda _error, *_: conn.disconnect()
+        )
+    finally:
+        await pool.release(conn)
+
+
+# Borrowing a connection for an exchange of one's own --------------------------------------------
+
+
+def _single(db: Any) -> tuple[Any, Any] | None:
+    """The connection and lock of a ``single_connection_client``, or None."""
+    conn = getattr(db, "connection", None)
+    if conn is None:
+        return None
+    lock = getattr(db, "single_connection_lock", None) or getattr(db, "_single_conn_lock", None)
+    return conn, lock
+
+
+@contextlib.contextmanager
+def borrowed(db: Any) -> Iterator[Any]:
+    """A connection of a synchronous client, held for the ``with`` block.
+
+    The connection of a ``single_connection_client`` (under its lock), else one taken from
+    the client's pool and given back after.
+    """
+    single = _single(db)
+    if single is not None:
+        conn, lock = single
+        with lock if lock is not None else contextlib.nullcontext():
+            yield conn
+        return
+    pool = db.connection_pool
+    conn = pool.get_connection(*_name_args(pool))
+    try:
+        yield conn
+    finally:
+        pool.release(conn)
+
+
+@contextlib.asynccontextmanager
+async def aborrowed(db: Any) -> AsyncIterator[Any]:
+    """Asynchronous :func:`borrowed`, for a ``redis.asyncio`` client."""
+    if getattr(db, "single_connection_client", False):
+        await db.initialize()
+    single = _single(db)
+    if single is not None:
+        conn, lock = single
+        async with lock if hasattr(lock, "__aenter__") else contextlib.nullcontext():
+            yield conn
+        return
+    pool = db.connection_pool
+    conn = await pool.get_connection(*_name_args(pool))
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
+
+
+# Driving an exchange written as steps ---------------------------------------------------------
+
+
+def drive(steps: Steps[T], perform: Callable[[tuple[Any, ...]], Any]) -> T:
+    """Run ``steps`` to their end, each performed by ``perform``; return what they return.
+
+    The result of a step is sent back into the steps, its error thrown in (where the steps may
+    clean up, such as disconnecting, before they re-raise it).
+    """
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        try:
+            reply, error = perform(step), None
+        except BaseException as err:  # handed back to the steps, which re-raise it
+            reply, error = None, err
+
+
+async def adrive(steps: Steps[T], perform: Callable[[tuple[Any, ...]], Awaitable[Any]]) -> T:
+    """Asynchronous :func:`drive`: ``perform`` returns an awaitable."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        try:
+            reply, error = await perform(step), None
+        except BaseException as err:  # handed back to the steps, which re-raise it
+            reply, error = None, err

@@ -1,0 +1,134 @@
+"""Where a test's data lives: the session's real redis-server under each client flavour
+(RESP2/RESP3, bytes/str replies), or a private fakeredis server; ``db`` and its kin.
+
+Every test that needs a real server is marked ``real_redis`` (``-m "not real_redis"`` runs the
+fakeredis half of the suite only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+from servers import Proc
+
+
+@dataclass
+class Backend:
+    """Where a test's data lives: the session's real server, or a private fakeredis server."""
+
+    name: str
+    real: bool
+    options: dict[str, Any]
+    server: Proc | None = None
+    fake_server: fakeredis.FakeServer | None = None
+
+    def client(self, **overrides: Any) -> redis.Redis:
+        """Another client of the same data, of the same flavour unless overridden."""
+        options = {**self.options, **overrides}
+        if self.server is not None:
+            return self.server.client(**options)
+        return fakeredis.FakeRedis(server=self.fake_server, **options)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None, "only a real server has a URL"
+        return self.server.url
+
+
+REAL_FLAVOURS = {
+    "redis-resp2-bytes": {"decode_responses": False, "protocol": 2},
+    "redis-resp3-str": {"decode_responses": True, "protocol": 3},
+    "redis-resp2-str": {"decode_responses": True, "protocol": 2},
+}
+FAKE_FLAVOURS = {
+    "fakeredis-bytes": {"decode_responses": False},
+    "fakeredis-str": {"decode_responses": True},
+}
+
+
+def _real_backend(server: Proc, name: str, options: dict[str, Any]) -> Backend:
+    backend = Backend(name=name, real=True, options=options, server=server)
+    admin = server.client()
+    admin.flushall()
+    admin.script_flush()
+    return backend
+
+
+def _make_backend(request: pytest.FixtureRequest, name: str) -> Backend:
+    if name in REAL_FLAVOURS:
+        server = request.getfixturevalue("redis_server")
+        return _real_backend(server, name, dict(REAL_FLAVOURS[name]))
+    return Backend(
+        name=name, real=False, options=dict(FAKE_FLAVOURS[name]), fake_server=fakeredis.FakeServer()
+    )
+
+
+@pytest.fixture(params=[*REAL_FLAVOURS, *FAKE_FLAVOURS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every client flavour: real Redis (RESP2/RESP3, bytes/str replies) and fakeredis."""
+    return _make_backend(request, request.param)
+
+
+@pytest.fixture(params=["redis-resp2-bytes", "fakeredis-bytes"])
+def bytes_backend(request: pytest.FixtureRequest) -> Backend:
+    """Real Redis and fakeredis, one plain bytes client flavour each: for tests whose subject
+    (server-side effects) does not depend on how replies are decoded."""
+    return _make_backend(request, request.param)
+
+
+@pytest.fixture
+def bytes_db(bytes_backend: Backend) -> redis.Redis:
+    """A client of a freshly emptied database: real Redis and fakeredis, bytes replies."""
+    return bytes_backend.client()
+
+
+@pytest.fixture
+def db(backend: Backend) -> redis.Redis:
+    """A client of a freshly emptied database, parametrized over real Redis and fakeredis."""
+    return backend.client()
+
+
+@pytest.fixture
+def real_backend(redis_server: Proc) -> Backend:
+    """The session's real server, emptied for this test, with a bytes RESP2 client flavour."""
+    return _real_backend(
+        redis_server, "redis-resp2-bytes", dict(REAL_FLAVOURS["redis-resp2-bytes"])
+    )
+
+
+@pytest.fixture
+def real_db(real_backend: Backend) -> redis.Redis:
+    """A client of the (emptied) real server, for blocking, timing, process and SLOWLOG tests."""
+    return real_backend.client()
+
+
+@pytest.fixture
+def redis_url(real_backend: Backend) -> str:
+    """The URL of the (emptied) real server, for subprocesses."""
+    return real_backend.url
+
+
+@pytest.fixture
+def redis_port(real_backend: Backend) -> int:
+    """The port of the (emptied) real server."""
+    assert real_backend.server is not None
+    return real_backend.server.port
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a real redis-server ``real_redis`` (``-m "not real_redis"``
+    runs the fakeredis half of the suite only)."""
+    real_fixtures = {"redis_server", "redis_server_factory", "real_backend", "real_db"}
+    real_fixtures |= {"redis_url", "redis_port", "module_redis"}
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        flavours = {params.get("backend"), params.get("bytes_backend")}
+        if names & real_fixtures or flavours & set(REAL_FLAVOURS):
+            item.add_marker(pytest.mark.real_redis)

@@ -1,0 +1,61 @@
+"""The benchmark's machinery works: ``bench/run.py --quick`` runs peer rows end to end.
+
+Timed goals live in the benchmark itself; this test only proves that its launcher, workers,
+peer adapters and tables run (bounded: about 30 s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers import MissingTool, tool
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _needs(*modules: str) -> None:
+    """Skip without the bench extra's packages (fail under CI=true)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    try:
+        tool("redis-server")
+    except MissingTool as err:
+        missing.append(str(err))
+    if missing:
+        reason = f"needs {', '.join(missing)} (pip install 'redis-work-queue-lua[bench]')"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+
+
+def test_quick_run_of_the_peer_rows_prints_both_tables(tmp_path: Path) -> None:
+    _needs("rq", "bullmq")
+    out = tmp_path / "bench.json"
+    only = ["--only", "peers:add_batch", "peers:memory_per_item"]
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--quick", "--json", str(out), *only],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = done.stdout
+    assert "add, 100 per call" in text and "bytes per waiting item" in text
+    assert "bytes per waiting 100 B item, 20k items" in text  # a target row
+    assert "ERR" not in text, text
+    # every client of the two workloads ran, none failed
+    results = json.loads(out.read_text())["results"]
+    ran = {(r["key"], r["impl"]) for r in results if "error" not in r}
+    assert ("peers:add_batch", "rq") in ran and ("peers:add_batch", "bullmq") in ran
+    assert {impl for key, impl in ran if key == "peers:memory_per_item"} == {
+        "ours", "baseline", "rq", "bullmq", "streams", "plain"
+    }  # fmt: skip
