@@ -515,6 +515,10 @@ class Lessee:
                 return
             self.closed = True
             self._give_back_all()
+        # Outside the lock: the renewing thread, woken by a SIGTERM, may be waiting for it.
+        if threading.current_thread() is not self.renewer:
+            self.renewer.join(timeout=GIVE_BACK_SECS)
+        self.db.close()
 
     def _give_back_all(self) -> None:
         self.stopping.set()
@@ -546,9 +550,6 @@ class Lessee:
         finally:
             with self.lock:
                 self.held = {}
-            if threading.current_thread() is not self.renewer:
-                self.renewer.join(timeout=10)
-            self.db.close()
 
 
 def in_source_process() -> bool:
