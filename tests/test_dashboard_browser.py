@@ -154,7 +154,7 @@ def test_page_loads_and_counts_match_stats(
     assert "ValueError: no" in row.text
     assert by_css(driver, "#dead details pre").get_attribute("textContent").startswith("Traceback")
     # Item data is shown as text, never as markup.
-    all_css(driver, "#queues tbody tr")[1].click()
+    click(driver, "#queues tbody tr:nth-child(2)")
     wait_for(lambda: "<b>not bold</b>" in by_css(driver, "#waiting").text, WAIT, "preview")
     assert all_css(driver, "#waiting b") == []
     wait_for(lambda: len(all_css(driver, "#chart polyline")) == 3, WAIT, "the chart")

@@ -286,9 +286,11 @@
       const body = await getJSON(api(`api/overview${charted}`));
       drawQueues(body);
       if (selected !== null) {
-        const kept = picked();
         try {
-          drawDetail(await getJSON(api(`api/queue?name=${encodeURIComponent(selected)}`)));
+          const detail = await getJSON(api(`api/queue?name=${encodeURIComponent(selected)}`));
+          // The ticks as they are now: one made while the request was in flight is kept too.
+          const kept = picked();
+          drawDetail(detail);
           for (const box of document.querySelectorAll("#dead input.pick")) {
             box.checked = kept.includes(box.value);
           }
