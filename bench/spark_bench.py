@@ -8,13 +8,18 @@ as partitions. Measures:
 * enqueue: a Spark batch write of N rows in 2 partitions, with an id column (so every add checks
   its id), against one process calling ``add_items`` with the same ids and data; at the default
   ``chunkSize`` and at ``--chunk``;
-* drain: a streaming read that leases the N items, emits them to a no-op sink and completes
-  them, against one process looping over ``lease_many`` and ``complete_many`` (1,000 a call);
-  at the default ``maxItemsPerBatch`` and at ``--batch``;
-* batch overhead: the median time Spark takes for a micro-batch of one item.
+* drain by a running query: a streaming query started on the empty queue and warmed up, then
+  N stored items made leasable at once (their ids' list renamed onto the queue), timed until
+  they are all leased, emitted to a no-op sink and completed; against one process looping over
+  ``lease_many`` and ``complete_many`` (1,000 a call) on the same items, made leasable the same
+  way; at the default ``maxItemsPerBatch`` and at ``--batch``;
+* drain by a query started on the full queue (the time includes starting the query);
+* cost per micro-batch: the median time of a one-item micro-batch, against a one-row micro-batch
+  of an empty Python streaming source (what Spark itself costs any Python source), and the time
+  to start a query.
 
-The Spark figures include Spark's own overheads (task start-up, the query's first batch); the
-ratios are what matter. Needs ``pip install 'redis-work-queue-lua[spark]'`` and Java.
+Ratios are what matter: the machine's load moves the absolute figures. Needs
+``pip install 'redis-work-queue-lua[spark]'`` and Java.
 """
 
 from __future__ import annotations
@@ -94,11 +99,11 @@ def spark_write(
     return time.perf_counter() - start
 
 
-def plain_write(db: redis.Redis, queue: WorkQueue, rows: int) -> float:
+def plain_write(db: redis.Redis, queue: WorkQueue, rows: int, first: int = 0) -> float:
     start = time.perf_counter()
     items = (
         Item(json.dumps({"id": f"job-{n}", "n": n}, separators=(",", ":")), id=f"job-{n}")
-        for n in range(rows)
+        for n in range(first, first + rows)
     )
     added = queue.add_items(db, items)
     elapsed = time.perf_counter() - start
@@ -148,6 +153,95 @@ def spark_drain(
         return elapsed, durations
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def stage(db: redis.Redis, queue: WorkQueue, rows: int) -> str:
+    """Store ``rows`` items of ``queue`` (as :func:`plain_write` does) with their ids on a
+    separate list; :func:`release_staged` makes them all leasable at once.
+
+    The items are written as the wire layout has them (``P:item:<id>``, then the id pushed on a
+    list), as any client of the layout may write them.
+    """
+    staging = f"{queue.name.prefix}:staging"
+    pipe = db.pipeline(transaction=False)
+    for start in range(0, rows, 1000):
+        ids = [f"job-{n}" for n in range(start, min(rows, start + 1000))]
+        for n, item_id in enumerate(ids, start):
+            data = json.dumps({"id": item_id, "n": n}, separators=(",", ":"))
+            pipe.set(f"{queue.name.prefix}:item:{item_id}", data)
+        pipe.lpush(staging, *ids)
+        pipe.execute()
+    return staging
+
+
+def staged_loop(db: redis.Redis, queue: WorkQueue, rows: int) -> float:
+    """Stage ``rows`` items, release them, and time the loop's drain from the release."""
+    staging = stage(db, queue, rows)
+    return plain_drain(db, queue, release_staged(db, queue, staging))
+
+
+def release_staged(db: redis.Redis, queue: WorkQueue, staging: str) -> float:
+    """Make the staged items leasable in one step (RENAME onto the empty main queue)."""
+    assert queue.queue_len(db) == 0
+    db.rename(staging, queue.keys.queue)
+    return time.perf_counter()
+
+
+def running_drain(
+    spark: Any,
+    db: redis.Redis,
+    url: str,
+    queue: WorkQueue,
+    rows: int,
+    batch: int | None,
+    partitions: int,
+) -> tuple[float, float]:
+    """Time a running query's drain of ``rows`` items; and the time to start it.
+
+    The query is started on the empty queue and warmed up with a few thousand items (its tasks'
+    Python workers started), then the items are made leasable at once and the drain is timed
+    from then until nothing is queued or leased: a long-running query's throughput, as the
+    loop's.
+    """
+    checkpoint = tempfile.mkdtemp(prefix="rwq-spark-bench-checkpoint-")
+    try:
+        reader = (
+            spark.readStream.format(NAME)
+            .option("url", url)
+            .option("queue", queue.name.prefix)
+            .option("numPartitions", partitions)
+        )
+        if batch is not None:
+            reader = reader.option("maxItemsPerBatch", batch)
+        begun = time.perf_counter()
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        try:
+            started = None
+            for warm in range(3):
+                plain_write(db, queue, 2000, first=-2000 * (warm + 1))
+                wait_drained(db, queue, query)
+                if started is None:
+                    started = time.perf_counter() - begun
+            staging = stage(db, queue, rows)
+            start = release_staged(db, queue, staging)
+            wait_drained(db, queue, query)
+            return time.perf_counter() - start, started or 0.0
+        finally:
+            query.stop()
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def wait_drained(db: redis.Redis, queue: WorkQueue, query: Any) -> None:
+    while not drained(db, queue):
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        time.sleep(0.01)
 
 
 class EmptySource(DataSource):
@@ -213,8 +307,11 @@ def batch_times(spark: Any, reader: Any, batches: int) -> list[int]:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def plain_drain(db: redis.Redis, queue: WorkQueue, batch: int = 1000) -> float:
-    start = time.perf_counter()
+def plain_drain(
+    db: redis.Redis, queue: WorkQueue, start: float | None = None, batch: int = 1000
+) -> float:
+    """Drain ``queue`` with a lease_many/complete_many loop; the time since ``start`` (or now)."""
+    start = time.perf_counter() if start is None else start
     while True:
         items = queue.lease_many(db, 60, batch, block=False)
         if not items:
@@ -230,14 +327,14 @@ def rate(n: int, secs: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows written and drained")
-    parser.add_argument("--batch", type=int, default=100_000, help="maxItemsPerBatch to try")
+    parser.add_argument("--batch", type=int, default=20_000, help="maxItemsPerBatch to try")
     parser.add_argument("--chunk", type=int, default=20_000, help="chunkSize of a write to try")
     parser.add_argument("--partitions", type=int, default=2, help="Spark partitions (and cores)")
     parser.add_argument("--no-write", action="store_true", help="measure drains only")
     args = parser.parse_args()
     rows, parts = args.rows, args.partitions
     table: list[tuple[str, float, float]] = []
-    overheads: list[tuple[str, float, int]] = []
+    starts: list[float] = []
 
     with redis_server() as url:
         db = redis.Redis.from_url(url)
@@ -263,31 +360,38 @@ def main() -> None:
                 assert spark_queue.queue_len(db) == rows
                 table.append((f"enqueue, {label} rows/s", enqueue_spark, enqueue_plain))
                 db.flushdb()
+            plain_queue, spark_queue = WorkQueue(KeyPrefix("plain")), WorkQueue(KeyPrefix("spark"))
             for label, batch in (
                 ("default maxItemsPerBatch", None),
                 (f"maxItemsPerBatch {args.batch:,}", args.batch),
             ):
-                plain_queue, spark_queue = (
-                    WorkQueue(KeyPrefix("plain")),
-                    WorkQueue(KeyPrefix("spark")),
+                drain_plain = staged_loop(db, plain_queue, rows)
+                drain_spark, started = running_drain(
+                    spark, db, url, spark_queue, rows, batch, parts
                 )
-                plain_write(db, plain_queue, rows)
-                plain_write(db, spark_queue, rows)
-                drain_plain = plain_drain(db, plain_queue)
-                drain_spark, batches = spark_drain(spark, db, url, spark_queue, batch, parts)
                 assert spark_queue.stats(db).dead == 0
-                table.append((f"drain, {label} items/s", drain_spark, drain_plain))
-                # What a batch costs beyond what the loop needs for the same items.
-                extra = [ms / 1000 - drain_plain * n / rows for ms, n in batches]
-                overheads.append((label, statistics.median(extra), len(batches)))
+                # The loop again after the query: the mean of both is the baseline, so that a
+                # change in the machine's load during the row weighs on both sides alike.
+                drain_plain = (drain_plain + staged_loop(db, plain_queue, rows)) / 2
+                table.append((f"drain, running query, {label}", drain_spark, drain_plain))
+                starts.append(started)
                 db.flushdb()
+            plain_write(db, plain_queue, rows)
+            plain_write(db, spark_queue, rows)
+            drain_plain = plain_drain(db, plain_queue)
+            drain_spark, _ = spark_drain(spark, db, url, spark_queue, None, parts)
+            table.append(("drain, query started on the full queue", drain_spark, drain_plain))
+            db.flushdb()
             small = WorkQueue(KeyPrefix("small"))
-            plain_write(db, small, 12)
-            _, one_item = spark_drain(spark, db, url, small, 1, parts)
-            ours = statistics.median(ms for ms, _ in one_item[2:] or one_item)
             spark.dataSource.register(EmptySource)
-            empty = batch_times(spark, spark.readStream.format("bench-empty"), 12)
-            fixed = statistics.median(empty[2:])
+            ours_ms: list[int] = []
+            empty_ms: list[int] = []
+            for round_ in range(2):  # alternately, so that both see the machine's load alike
+                plain_write(db, small, 14, first=100 * round_)
+                _, one_item = spark_drain(spark, db, url, small, 1, parts)
+                ours_ms += [ms for ms, _ in one_item[2:]]
+                empty_ms += batch_times(spark, spark.readStream.format("bench-empty"), 14)[2:]
+            ours, fixed = statistics.median(ours_ms), statistics.median(empty_ms)
         finally:
             spark.stop()
             db.close()
@@ -299,16 +403,15 @@ def main() -> None:
         print(
             f"{label:<44} {rate(rows, spark_secs):>12} {rate(rows, plain_secs):>12} {ratio:>6.2f}x"
         )
-    for label, extra_secs, count in overheads:
-        print(
-            f"batch overhead, {label:<28} {extra_secs * 1000:>6.0f} ms a batch "
-            f"(median of {count} batches)"
-        )
-    print(f"one-item micro-batch, this source (median):  {ours:>6.0f} ms")
-    print(f"one-row micro-batch, an empty Python source: {fixed:>6.0f} ms (Spark's own cost)")
     print(
-        "one process: add_items (500 a script call); lease_many(1000) + complete_many. "
-        "The Spark drain includes starting the query."
+        f"one-item micro-batch: this source {ours:.0f} ms, an empty Python source {fixed:.0f} ms "
+        f"(Spark's own cost); this source's own cost a batch: {ours - fixed:.0f} ms"
+    )
+    print(f"starting a query until its first batch is drained: {statistics.median(starts):.1f} s")
+    print(
+        "one process: add_items (500 a script call); lease_many(1000) + complete_many. A "
+        "running query and the loop are timed from making the stored items leasable at once "
+        "until all are completed; the last row includes starting the query."
     )
 
 

@@ -27,7 +27,7 @@ import redis
 
 from helpers import wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue
-from redis_work_queue.errors import InvalidArgumentError
+from redis_work_queue.errors import InvalidArgumentError, WrongKeyTypeError
 from redis_work_queue.ops import QueueStats
 from redis_work_queue.protocol import run
 from servers import Cluster, SentinelSetup, TlsServer
@@ -37,7 +37,14 @@ try:
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, udf
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        BinaryType,
+        DoubleType,
+        IntegerType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
@@ -997,9 +1004,9 @@ def test_streaming_progress_shows_the_backlog_and_trigger_once_is_refused(
 # The stream reader's contract, driven directly (no Spark engine) --------------------------------
 
 
-def stream_reader(url: str, queue: str, **options: Any) -> Any:
+def stream_reader(url: str, queue: str, schema: Any = None, **options: Any) -> Any:
     given = {"url": url, "queue": queue, **{k: str(v) for k, v in options.items()}}
-    schema = StructType(
+    schema = schema or StructType(
         [
             StructField("id", StringType(), False),
             StructField("data", BinaryType(), False),
@@ -1048,12 +1055,13 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
         assert queue.stats(real_db).leased == 10
         # A driver that restarts replays the batch from its record in Redis.
         replayed = replay.partitions(start, end)
-        assert [i for part in replayed for i, _ in part.items] == [r[0] for r in rows]
+        assert [i for part in replayed for i in part.ids] == [r[0] for r in rows]
         assert read_rows(replay, replayed) == rows  # read again from Redis
 
         # Spark asks for the next offset once it has written the batch: it is completed.
         after = reader.latestOffset(end, None)
         assert after["items"] == 10 and after["batch"] != end["batch"]
+        reader.lessee().settle()  # the completion runs beside the next lease
         assert real_db.get("unit:item:u00") is None
         stats = queue.stats(real_db)
         assert (stats.queued, stats.leased) == (5, 10)
@@ -1066,6 +1074,80 @@ def test_stream_reader_leases_on_the_driver_and_completes_what_spark_has_written
     finally:
         reader.stop()
         replay.stop()
+
+
+@spark_test
+def test_stream_batches_carry_every_column_with_their_data_and_stop_at_the_byte_limit(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("cols"))
+    queue.add_items(real_db, [Item(f"r{n}", id=f"r{n}") for n in range(2)])
+    for item in queue.lease_many(real_db, 60, 2, block=False):
+        assert queue.release(real_db, item, reason=f"failed {item.id()}")
+    queue.add_items(real_db, [Item(b"\xff" * 100, id=f"c{n:02}") for n in range(20)])
+    schema = StructType(
+        [
+            StructField("ID", StringType(), False),
+            StructField("data", BinaryType(), False),
+            StructField("state", StringType(), False),
+            StructField("deliveries", IntegerType(), False),
+            StructField("lease_left", DoubleType(), True),
+            StructField("reason", StringType(), True),
+        ]
+    )
+    # The batch stops once it holds 250 bytes of data: the two 2-byte items, then about
+    # 250 / 100 more (each step is sized from the mean size so far).
+    reader = stream_reader(
+        redis_url, "cols", schema=schema, maxBytesPerBatch=250, leaseSeconds=30, cleanSeconds=0
+    )
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        assert 3 <= end["items"] <= 6
+        parts = reader.partitions(start, end)
+        assert all(part.data is not None and part.reasons is not None for part in parts)
+        rows = read_rows(reader, parts)  # from the partitions: no read from Redis
+        assert rows[:2] == [
+            ("r0", b"r0", "leased", 2, 30.0, "failed r0"),
+            ("r1", b"r1", "leased", 2, 30.0, "failed r1"),
+        ]
+        assert rows[2:] == [
+            (f"c{n:02}", b"\xff" * 100, "leased", 1, 30.0, None) for n in range(len(rows) - 2)
+        ]
+        real_db.hset("cols:reasons", "c00", "not read")  # the rows came with the partitions
+        assert read_rows(reader, parts) == rows
+    finally:
+        reader.stop()
+
+
+@spark_test
+def test_a_failed_background_completion_fails_the_query_and_a_restart_completes_the_batch(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("fails"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"f{n}") for n in range(6)])
+    reader = stream_reader(redis_url, "fails", maxItemsPerBatch=3, cleanSeconds=0)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        real_db.set("fails:counts", "not a hash")  # the completion's type check fails
+        nxt = reader.latestOffset(end, None)  # completes `end` in the background
+        assert nxt["items"] == 3
+        with pytest.raises(WrongKeyTypeError, match="fails:counts"):
+            reader.latestOffset(nxt, None)
+        real_db.delete("fails:counts")
+    finally:
+        reader.stop()
+    assert queue.stats(real_db).leased == 3  # nothing completed; the next batch given back
+    again = stream_reader(redis_url, "fails", maxItemsPerBatch=3, cleanSeconds=0)
+    try:
+        again.latestOffset(end, None)  # restarted: Spark had written `end`
+        again.lessee().settle()
+        assert all(real_db.get(f"fails:item:f{n}") is None for n in range(3))
+    finally:
+        again.stop()
 
 
 @spark_test
@@ -1084,6 +1166,7 @@ def test_stream_reader_without_a_start_offset_and_with_lost_leases(
         batch = reader.latestOffset()
         assert batch["items"] == 3
         assert reader.latestOffset() == batch  # batch written: completed, nothing new
+        reader.lessee().settle()
         assert queue.stats(real_db) == QueueStats(0, 0, 0, 0, 0)
 
         # A batch whose leases ran out before Spark wrote it is not completed: delivered again.
@@ -1093,6 +1176,7 @@ def test_stream_reader_without_a_start_offset_and_with_lost_leases(
         reader.lessee().stopping.set()  # no more renewals, as if the driver had hung
         time.sleep(0.5)
         reader.latestOffset()
+        reader.lessee().settle()
         assert queue.light_clean(real_db).requeued == 4
         assert sorted(queue_ids(real_db, "old")) == [f"l{n}" for n in range(4)]
     finally:

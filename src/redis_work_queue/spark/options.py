@@ -77,6 +77,7 @@ READ_OPTIONS = ("partitionSize", "chunkSize", "chunkBytes")
 #: Options of a streaming read.
 STREAM_OPTIONS = (
     "maxItemsPerBatch",
+    "maxBytesPerBatch",
     "leaseSeconds",
     "renewSeconds",
     "cleanSeconds",
@@ -92,6 +93,7 @@ FOREIGN_NAMES = {
     "maxrecordspertrigger": "maxItemsPerBatch",
     "maxitemspertrigger": "maxItemsPerBatch",
     "maxfilespertrigger": "maxItemsPerBatch",
+    "maxbytespertrigger": "maxBytesPerBatch",
     "host": "url",
     "uri": "url",
     "prefix": "queue",
@@ -432,7 +434,9 @@ class StreamOptions:
 
     Attributes:
         where: The queue.
-        max_items: Most items leased per micro-batch (``maxItemsPerBatch``; 10,000).
+        max_items: Most items leased per micro-batch (``maxItemsPerBatch``; 100,000).
+        max_bytes: About the most bytes of data leased per micro-batch (``maxBytesPerBatch``;
+            16 MB): leasing stops once it is reached.
         lease_secs: Length of each lease (``leaseSeconds``); renewed while the batch runs.
         renew_secs: Seconds between renewals (``renewSeconds``; a third of the lease).
         clean_secs: Seconds between light cleans run by the query (``cleanSeconds``; the lease
@@ -444,6 +448,7 @@ class StreamOptions:
 
     where: QueueOptions
     max_items: int
+    max_bytes: int
     lease_secs: float
     renew_secs: float
     clean_secs: float
@@ -470,7 +475,8 @@ class StreamOptions:
             raise InvalidArgumentError("the option 'renewSeconds' must be below 'leaseSeconds'")
         return cls(
             where=QueueOptions.parse(options),
-            max_items=options.integer("maxItemsPerBatch", 10_000),
+            max_items=options.integer("maxItemsPerBatch", 100_000),
+            max_bytes=options.integer("maxBytesPerBatch", 16 << 20),
             lease_secs=lease,
             renew_secs=renew,
             clean_secs=options.number("cleanSeconds", lease),

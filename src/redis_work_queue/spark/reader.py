@@ -116,6 +116,44 @@ class Rows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+    def leased(
+        self,
+        ids: list[str],
+        data: list[bytes],
+        deliveries: list[int],
+        lease_left: float,
+        reasons: list[str | None] | None,
+    ) -> pa.RecordBatch:
+        """The record batch of leased items given column by column (a streaming read's batch).
+
+        Args:
+            ids: The items' ids.
+            data: Their data.
+            deliveries: Their delivery counts.
+            lease_left: Seconds left on each lease.
+            reasons: Their last failure reasons (None: not read, the column is null).
+        """
+        arrays = []
+        for name, field in zip(self.columns, self.schema, strict=True):
+            values: list[Any]
+            if name == "id":
+                values = ids
+            elif name == "data":
+                values = data if self.data_as == "bytes" else [self._data(raw) for raw in data]
+                if self.data_as == "json":
+                    values = [_fits(value, field.type) for value in values]
+            elif name == "state":
+                values = ["leased"] * len(ids)
+            elif name == "deliveries":
+                values = deliveries
+            elif name == "lease_left":
+                values = [lease_left] * len(ids)
+            else:
+                values = reasons if reasons is not None else [None] * len(ids)
+            arrays.append(pa.array(values, type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
 def _fits(value: Any, kind: pa.DataType) -> Any:
     """``value`` when Arrow can store it as ``kind``, else None (data that does not decode)."""
     try:

@@ -13,12 +13,14 @@ item count (see below); the initial offset names no batch. Offsets stay small: t
 checkpoint's offset log before it plans the batch. A lease is then only ever taken for a batch
 that Spark knows of, or for none at all when the driver dies in between (those leases expire).
 A batch is at most ``maxItemsPerBatch`` items (``getDefaultReadLimit``: Spark's admission
-control, which may ask for fewer). ``partitions(start, end)`` splits the batch's ids over
-``numPartitions`` tasks. The driver has the items' data from the lease: a batch of up to 16 MB
-of data travels with its partitions; a bigger one (or one that asks for the ``reason`` column)
-is read by the tasks in pages (one read-only script call per page, ``lua/snapshot.lua``). Every
-task emits Arrow record batches. A batch that Spark replays after a restart from its checkpoint
-is read from its record in Redis: it yields the same items (less any completed since).
+control, which may ask for fewer), and leasing stops once it holds ``maxBytesPerBatch`` of data.
+``partitions(start, end)`` splits the batch's ids over ``numPartitions`` tasks. The driver has
+the items' data from the lease: a batch of up to 64 MB of data travels with its partitions, column
+by column (with the items' failure reasons, read by the driver in one round trip, when the read
+asks for them); a bigger one is read by the tasks in pages (one read-only script call per page,
+``lua/snapshot.lua``). Every task emits Arrow record batches. A batch that Spark replays after a
+restart from its checkpoint is read from its record in Redis: it yields the same items (less any
+completed since).
 
 **Offsets say something:** ``{"queue", "batch", "items", "leased"}``, the last the items the
 query has leased so far. ``reportLatestOffset`` gives Spark's progress the queue's backlog:
@@ -31,7 +33,11 @@ Spark asks for the next offset (``latestOffset(start)``, where ``start`` is the 
 just written) and commits the previous batch (``commit(end)``) only then, so both complete the
 batch named by the offset they are given. The completion (``lua/complete_held.lua``) removes an
 item only while its lease is still the one the batch took: completing twice, or late, never
-removes an item that another worker leased since, nor one added again under the same id.
+removes an item that another worker leased since, nor one added again under the same id. A
+batch this driver leased is completed by a background thread, beside the next batch's lease and
+Spark's work on it; one batch at a time is completed so, and the first call from Spark after a
+failed completion raises its error, so the query fails (and its restart completes the batch from
+its record).
 
 **Leases are renewed** by a thread of the driver's reader every ``renewSeconds`` (a third of the
 lease), from the moment they are taken until their batch is completed, so a slow batch keeps its
@@ -85,7 +91,7 @@ from ..errors import InvalidArgumentError
 from ..item import Item, new_id
 from ..protocol import run
 from ..scripts import raw_command
-from .calls import Entry, complete_held, connect, snapshot_page
+from .calls import complete_held, connect, snapshot_page
 from .options import KEEP_SECS, StreamOptions, batch_key
 from .reader import Rows
 
@@ -107,7 +113,11 @@ RENEW_CHUNK = 1000
 DONE_MEMORY = 1024
 #: A batch whose data comes to at most this many bytes travels with its tasks' partitions (the
 #: driver has it from the lease); a bigger one, or a replayed one, is read again by the tasks.
-INLINE_BYTES = 16 << 20
+INLINE_BYTES = 64 << 20
+#: Rows per Arrow record batch of a batch whose data travels with its partitions.
+ARROW_ROWS = 10_000
+#: Items leased per round trip while a batch is filled (fewer once ``maxBytesPerBatch`` nears).
+LEASE_STEP = 5000
 
 #: The module Spark runs a Python streaming source's driver side in (``python -m ...``).
 SOURCE_PROCESS = "pyspark.sql.streaming.python_streaming_source_runner"
@@ -119,21 +129,31 @@ Held = tuple[str, str, int]
 
 
 class LeasedPartition(InputPartition):
-    """Items of one micro-batch for one task.
+    """Items of one micro-batch for one task, column by column.
 
     Args:
         batch: The batch.
-        items: Pairs of an item id and its delivery count.
-        data: The items' data, in the same order, when it travels with the partition.
+        ids: The items' ids.
+        deliveries: Their delivery counts, in the same order.
+        data: Their data, when it travels with the partition.
+        reasons: Their last failure reasons, when they travel with it (a read that asks for the
+            ``reason`` column).
     """
 
     def __init__(
-        self, batch: str, items: list[tuple[str, int]], data: list[bytes] | None = None
+        self,
+        batch: str,
+        ids: list[str],
+        deliveries: list[int],
+        data: list[bytes] | None = None,
+        reasons: list[str | None] | None = None,
     ) -> None:
         super().__init__(batch)
         self.batch = batch
-        self.items = items
+        self.ids = ids
+        self.deliveries = deliveries
         self.data = data
+        self.reasons = reasons
 
 
 def uuid7_age(item_id: str, now: float) -> float | None:
@@ -152,10 +172,13 @@ class Lessee:
 
     Args:
         options: The stream options.
+        with_reasons: Whether the read asks for the ``reason`` column.
     """
 
-    def __init__(self, options: StreamOptions) -> None:
+    def __init__(self, options: StreamOptions, with_reasons: bool = True) -> None:
         self.options = options
+        #: Whether the read asks for the ``reason`` column (it travels with the data).
+        self.with_reasons = with_reasons
         self.queue = options.where.work_queue()
         self.db = connect(options.where)
         self.lock = threading.Lock()
@@ -165,7 +188,11 @@ class Lessee:
         self.held: dict[str, dict[str, str]] = {}
         #: The data of the batches leased by this driver and not planned yet.
         self.data: dict[str, list[bytes]] = {}
+        #: Batches completed, or being completed.
         self.done: OrderedDict[str, None] = OrderedDict()
+        #: The thread completing a batch, and what it raised (see :meth:`finish`).
+        self.completing: threading.Thread | None = None
+        self.completion_failed: BaseException | None = None
         #: The offset returned last (for Spark versions that call latestOffset without start).
         self.last: dict[str, Any] | None = None
         #: With Trigger.AvailableNow: how many items may still be leased.
@@ -205,6 +232,8 @@ class Lessee:
             InvalidArgumentError: The query runs with ``Trigger.Once``, whose last batch is
                 never committed.
         """
+        if self.completing is not None and not self.completing.is_alive():
+            self.settle()  # raises what the completion of the last batch raised
         if start is None:
             start = self.last
         if start is not None:
@@ -240,14 +269,25 @@ class Lessee:
         return count
 
     def _lease(self, count: int) -> list[Item]:
+        """Lease up to ``count`` items, and up to about ``maxBytesPerBatch`` of data.
+
+        Leases in steps that double from one item up to :data:`LEASE_STEP`, each also cut to
+        what the mean size of the items leased so far leaves room for, so that a batch of
+        large items overshoots the byte limit by about one item.
+        """
         items: list[Item] = []
-        while len(items) < count:
-            got = self.queue.lease_many(
-                self.db, self.options.lease_secs, count - len(items), block=False
-            )
+        size = 0
+        max_bytes = self.options.max_bytes
+        while len(items) < count and size < max_bytes:
+            step = min(count - len(items), LEASE_STEP, max(1, len(items)))
+            if items:
+                mean = max(1, size // len(items))
+                step = max(1, min(step, (max_bytes - size) // mean))
+            got = self.queue.lease_many(self.db, self.options.lease_secs, step, block=False)
             if not got:
                 break
             items += got
+            size += sum(len(item.data()) for item in got)
         if self.remaining is not None:
             self.remaining -= len(items)
         return items
@@ -258,8 +298,9 @@ class Lessee:
         with self.lock:
             self.batches[batch] = held
             self.held[batch] = {item_id: token for item_id, token, _ in held}
-            if sum(len(i.data()) for i in items) <= INLINE_BYTES:
-                self.data[batch] = [i.data() for i in items]
+            data = [i.data() for i in items]
+            if sum(map(len, data)) <= INLINE_BYTES:
+                self.data[batch] = data
         self._save(batch, held)
         logger.debug("leased %d items of %s for batch %s", len(held), self.queue.name.prefix, batch)
         return {"queue": self.options.where.queue, "batch": batch, "items": len(held)}
@@ -355,15 +396,34 @@ class Lessee:
                 self.held[batch] = {item_id: token for item_id, token, _ in held}
         if not held:
             return []
+        ids = [item_id for item_id, _, _ in held]
+        counts = [n for _, _, n in held]
+        reasons = self._reasons(ids) if data is not None and self.with_reasons else None
         tasks = max(1, min(self.options.partitions, len(held)))
         size = -(-len(held) // tasks)
         return [
             LeasedPartition(
                 batch,
-                [(item_id, n) for item_id, _, n in held[i : i + size]],
+                ids[i : i + size],
+                counts[i : i + size],
                 None if data is None else data[i : i + size],
+                None if reasons is None else reasons[i : i + size],
             )
             for i in range(0, len(held), size)
+        ]
+
+    def _reasons(self, ids: list[str]) -> list[str | None]:
+        """The last failure reason of each of ``ids`` (None where there is none)."""
+        key = self.queue.keys.reasons
+        if not raw_command(self.db, "HLEN", key):
+            return [None] * len(ids)  # no item of the queue has failed
+        pipe = self.db.pipeline(transaction=False)
+        for i in range(0, len(ids), RENEW_CHUNK):
+            pipe.hmget(key, ids[i : i + RENEW_CHUNK])
+        found = [reason for page in pipe.execute() for reason in page]
+        return [
+            None if r is None else r if isinstance(r, str) else bytes(r).decode("utf-8", "replace")
+            for r in found
         ]
 
     def _take_back(self, batch: str, held: list[Held]) -> list[Held]:
@@ -408,16 +468,58 @@ class Lessee:
     # Completing -------------------------------------------------------------------------------
 
     def finish(self, offset: dict[str, Any]) -> None:
-        """Complete the items of the batch named by ``offset`` that it still holds."""
+        """Complete the items of the batch named by ``offset`` that it still holds.
+
+        A batch this driver leased is completed by a background thread, so that its round trips
+        overlap the next batch's lease and Spark's work on it; :meth:`settle` waits for it and
+        raises what it raised (the next completion settles first, and :meth:`latest` settles a
+        finished one). A batch known only from its record (a restart) is completed before this
+        returns: it may have to take given-back items back first, ahead of the next lease.
+        """
         batch = str(offset.get("batch") or "")
         if not batch or batch in self.done:
             return
+        self.settle()
         with self.lock:
             held = self.batches.pop(batch, None)
             self.held.pop(batch, None)
             self.data.pop(batch, None)
+        self._remember(batch)
+        if held is None:
+            self._complete(batch, None, bool(offset.get("items")))
+            return
+        self.completing = threading.Thread(
+            target=self._complete_in_background,
+            args=(batch, held),
+            name=f"complete a batch of {self.options.where.queue}",
+            daemon=True,
+        )
+        self.completing.start()
+
+    def settle(self) -> None:
+        """Wait for the batch being completed in the background; raise what that raised."""
+        completing, self.completing = self.completing, None
+        if completing is not None:
+            completing.join()
+        failed, self.completion_failed = self.completion_failed, None
+        if failed is not None:
+            raise failed
+
+    def _remember(self, batch: str) -> None:
+        self.done[batch] = None
+        while len(self.done) > DONE_MEMORY:
+            self.done.popitem(last=False)
+
+    def _complete_in_background(self, batch: str, held: list[Held]) -> None:
+        try:
+            self._complete(batch, held, True)
+        except BaseException as err:  # raised by the next call that settles
+            self.completion_failed = err
+
+    def _complete(self, batch: str, held: list[Held] | None, recorded: bool) -> None:
+        """Complete ``held`` (None: the items the batch's record names), then drop the record."""
         given_back = False
-        if held is None and offset.get("items"):
+        if held is None and recorded:
             record = self._load(batch)
             if record is not None:
                 held, given_back = record
@@ -442,11 +544,7 @@ class Lessee:
                 logger.debug(
                     "batch %s of %s: completed %d items", batch, self.queue.name.prefix, completed
                 )
-        if batch:
-            raw_command(self.db, "DEL", batch_key(self.options.where.queue, batch))
-        self.done[batch] = None
-        while len(self.done) > DONE_MEMORY:
-            self.done.popitem(last=False)
+        raw_command(self.db, "DEL", batch_key(self.options.where.queue, batch))
 
     # Renewing ---------------------------------------------------------------------------------
 
@@ -514,6 +612,15 @@ class Lessee:
             if self.closed:
                 return
             self.closed = True
+            try:
+                self.settle()  # what is being completed is not given back
+            except Exception:
+                logger.warning(
+                    "completing a batch of %s failed; its items are delivered again when their "
+                    "leases expire",
+                    self.queue.name.prefix,
+                    exc_info=True,
+                )
             self._give_back_all()
         # Outside the lock: the renewing thread, woken by a SIGTERM, may be waiting for it.
         if threading.current_thread() is not self.renewer:
@@ -582,7 +689,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def lessee(self) -> Lessee:
         """The driver's state, made on first use (the reader is created in several places)."""
         if self._lessee is None:
-            self._lessee = Lessee(self.options)
+            with_reasons = any(field.name.lower() == "reason" for field in self.schema.fields)
+            self._lessee = Lessee(self.options, with_reasons)
         return self._lessee
 
     def initialOffset(self) -> dict[str, Any]:
@@ -612,37 +720,30 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Split the batch that ends at ``end`` over tasks."""
-        planned = self.lessee().plan(start, end)
-        if any(field.name.lower() == "reason" for field in self.schema.fields):
-            for partition in planned:  # the reasons are read with the items, in the tasks
-                partition.data = None
-        return planned
+        return self.lessee().plan(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Emit one task's items, one record batch a page (runs in a task).
 
         The data comes with the partition, or is fetched in pages of ``chunkSize`` items.
         """
-        if not isinstance(partition, LeasedPartition) or not partition.items:
+        if not isinstance(partition, LeasedPartition) or not partition.ids:
             return
         rows = Rows(self.schema)
         if partition.data is not None:
-            lease = self.options.lease_secs  # renewed until the batch is committed
-            step = self.options.chunk_size
-            for start in range(0, len(partition.items), step):
-                page = [
-                    (Entry(item_id, data, n, lease, None), "leased")
-                    for (item_id, n), data in zip(
-                        partition.items[start : start + step],
-                        partition.data[start : start + step],
-                        strict=True,
-                    )
-                ]
-                yield rows.batch(page)
+            for start in range(0, len(partition.ids), ARROW_ROWS):
+                stop = start + ARROW_ROWS
+                yield rows.leased(
+                    partition.ids[start:stop],
+                    partition.data[start:stop],
+                    partition.deliveries[start:stop],
+                    self.options.lease_secs,  # renewed until the batch is committed
+                    None if partition.reasons is None else partition.reasons[start:stop],
+                )
             return
         ops = self.options.where.work_queue().ops
-        deliveries = dict(partition.items)
-        ids = [item_id for item_id, _ in partition.items]
+        deliveries = dict(zip(partition.ids, partition.deliveries, strict=True))
+        ids = partition.ids
         db = connect(self.options.where)
         try:
             position = 0
