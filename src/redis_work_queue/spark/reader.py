@@ -115,7 +115,6 @@ class Rows:
             arrays.append(pa.array(values, type=field.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-
     def leased(
         self,
         ids: list[str],
