@@ -109,13 +109,17 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot turn a {type(value).__name__} into JSON")
 
 
+#: One encoder for every row (``json.dumps`` with options makes a new one a call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+
+
 def to_json(value: Any) -> str:
     """Compact JSON of a row (a dict) or of one of its values.
 
     Dates and times become ISO 8601 text, decimals strings, binary base64, structs and maps
     objects.
     """
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    return _ENCODE(value)
 
 
 #: Arrow types whose values are an item's data as they are.
