@@ -35,6 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
+import os
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -59,7 +62,9 @@ from redis.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import (
     SentinelConnectionPool,
     SentinelManagedConnection,
@@ -150,7 +155,7 @@ def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
             out += (b"".join(parts), value)
             parts = [b"\r\n"]
         else:
-            parts += (b"$%d\r\n" % len(value), value, b"\r\n")
+            parts.append(b"$%d\r\n%b\r\n" % (len(value), value))
     out.append(b"".join(parts))
     return out
 
@@ -267,6 +272,194 @@ def _name_args(pool: Any) -> tuple[str, ...]:
     return found
 
 
+# The pool's own steps, taken directly ------------------------------------------------------------
+#
+# redis-py's ``get_connection`` and ``release`` cost more than the exchange itself on a short
+# script call (deprecation wrapper, metrics calls, a readiness check that costs three system
+# calls). For the pool class whose steps are mirrored here (``ConnectionPool`` of redis-py 8),
+# the same steps are taken directly: the connection is popped and pushed under the pool's lock
+# and moved between its in-use and available sets, the released event is dispatched, and a
+# connection is taken as ready only when it is connected, its parser holds nothing unread and
+# its socket has nothing to read (one ``select``). Every other case (a new connection, one
+# with something to read, a forked process, a connection to drop, another pool class or
+# redis-py version) takes the pool's own ``get_connection`` and ``release``.
+
+try:
+    from redis._parsers import _RESP2Parser, _RESP3Parser
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
+    from redis.event import AfterConnectionReleasedEvent
+except ImportError:  # an older redis-py: its own steps throughout
+    _FAST_POOL: type | None = None
+    _PY_PARSERS: frozenset[type] = frozenset()
+else:
+    _FAST_POOL = ConnectionPool if redis.__version__.split(".")[0] == "8" else None
+    _PY_PARSERS = frozenset({_RESP2Parser, _RESP3Parser})
+#: Pool methods that, replaced on a pool, are called instead (a spy, a test's fault).
+_POOL_METHODS = ("get_connection", "release")
+
+
+def _own_steps(pool: Any) -> bool:
+    """Whether ``pool``'s steps can be taken directly (see above)."""
+    if type(pool) is not _FAST_POOL:
+        return False
+    own = pool.__dict__
+    return "get_connection" not in own and "release" not in own
+
+
+def _take(pool: Any) -> Any:
+    """A ready connection of ``pool``, as ``pool.get_connection()`` gives it."""
+    if _own_steps(pool) and pool.pid == os.getpid():
+        with pool._lock:
+            try:
+                conn = pool._available_connections.pop()
+            except IndexError:
+                conn = None
+            else:
+                pool._in_use_connections.add(conn)
+        if conn is not None:
+            sock = conn._sock
+            if sock is not None and _quiet(conn, sock):
+                return conn
+            with pool._lock:  # back as it was: the pool's own steps check and reconnect it
+                pool._in_use_connections.discard(conn)
+                pool._available_connections.append(conn)
+    conn = pool.get_connection(*_name_args(pool))
+    conn._rwq_slow = True
+    return conn
+
+
+def _quiet(conn: Any, sock: Any) -> bool:
+    """Whether nothing is left to read on a connected connection (``can_read`` is false)."""
+    parser = conn._parser
+    if type(parser) not in _PY_PARSERS or parser._buffer is None or parser._buffer.unread_bytes():
+        return False
+    return not select.select((sock,), (), (), 0)[0]
+
+
+def _give(pool: Any, conn: Any) -> None:
+    """Give ``conn`` back to ``pool``, as ``pool.release(conn)`` does."""
+    if conn.__dict__.pop("_rwq_slow", False) or not _own_steps(pool):
+        pool.release(conn)
+        return
+    with pool._lock:
+        if (
+            conn in pool._in_use_connections
+            and conn.pid == pool.pid
+            and not conn.should_reconnect()
+        ):
+            pool._in_use_connections.remove(conn)
+            pool._available_connections.append(conn)
+            event = AfterConnectionReleasedEvent(conn)  # type: ignore[no-untyped-call]
+            pool._event_dispatcher.dispatch(event)
+            return
+    pool.release(conn)
+
+
+class _Defer(Exception):
+    """A reply the short parser leaves to redis-py's (incomplete, or of another kind)."""
+
+
+_DEFER = _Defer()
+
+
+def _parse(data: bytes, pos: int) -> tuple[Any, int]:  # noqa: PLR0911 - one per kind
+    """One RESP value of the kinds scripts reply with, from ``data[pos:]``; its end.
+
+    Integers, bulk and simple strings (as bytes), nulls and arrays of them; anything else
+    (an error inside an array, a double, a map, a push message) or a reply cut short raises
+    :class:`_Defer`.
+    """
+    end = data.find(b"\r\n", pos)
+    if end < 0:
+        raise _DEFER
+    kind = data[pos]
+    if kind == 36:  # $
+        size = int(data[pos + 1 : end])
+        if size < 0:
+            return None, end + 2
+        start = end + 2
+        stop = start + size
+        if stop + 2 > len(data):
+            raise _DEFER
+        return data[start:stop], stop + 2
+    if kind == 58:  # :
+        return int(data[pos + 1 : end]), end + 2
+    if kind == 42:  # *
+        count = int(data[pos + 1 : end])
+        if count < 0:
+            return None, end + 2
+        pos = end + 2
+        items = []
+        for _ in range(count):
+            if data[pos] == 58:  # an integer, the most common element
+                end = data.find(b"\r\n", pos)
+                if end < 0:
+                    raise _DEFER
+                items.append(int(data[pos + 1 : end]))
+                pos = end + 2
+            else:
+                value, pos = _parse(data, pos)
+                items.append(value)
+        return items, pos
+    if kind == 95:  # _
+        return None, end + 2
+    if kind == 43:  # +
+        return data[pos + 1 : end], end + 2
+    raise _DEFER
+
+
+def _inject(parser: Any, data: bytes) -> None:
+    """Put bytes read from the socket into the parser's buffer, as its own reads do."""
+    buf = parser._buffer._buffer
+    pos = buf.tell()
+    buf.seek(0, io.SEEK_END)
+    buf.write(data)
+    buf.seek(pos)
+
+
+def _read(conn: Any, parser: Any) -> Any:
+    """Read one reply as ``conn.read_response(disable_decoding=True)`` does.
+
+    Replies that arrive whole in one read and are of the kinds :func:`_parse` knows are
+    parsed here; anything else (a longer reply, a push message, another kind) is handed to
+    the parser's buffer and read by redis-py. Errors are redis-py's (``parse_error``).
+    """
+    buffer = parser._buffer
+    if buffer is None:  # nothing unread otherwise: the connection was checked when taken
+        return conn.read_response(disable_decoding=True)
+    try:
+        data = conn._sock.recv(buffer.socket_read_size)
+    except TimeoutError:  # socket.timeout
+        conn.disconnect()
+        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as err:
+        conn.disconnect()
+        raise RedisConnectionError(
+            f"Error while reading from {conn._host_error()} : {err.args}"
+        ) from None
+    if not data:
+        conn.disconnect()
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    if data[0] == 45:  # -: an error reply
+        end = data.find(b"\r\n")
+        if end == len(data) - 2:
+            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
+            if isinstance(error, RedisConnectionError):
+                conn.disconnect()
+            raise error
+    else:
+        try:
+            value, end = _parse(data, 0)
+        except (_Defer, IndexError):  # IndexError: cut short between two elements
+            pass
+        else:
+            if end != len(data):
+                _inject(parser, data[end:])
+            return value
+    _inject(parser, data)
+    return conn.read_response(disable_decoding=True)
+
+
 # Sending -------------------------------------------------------------------------------------
 
 
@@ -274,6 +467,9 @@ def _exchange(conn: Any, packed: list[bytes]) -> Any:
     """Send one packed command and read its reply, undecoded."""
     conn.send_packed_command(packed)
     try:
+        parser = conn._parser
+        if type(parser) in _PY_PARSERS and not conn.health_check_interval:
+            return _read(conn, parser)
         return conn.read_response(disable_decoding=True)
     except ResponseError:
         raise
@@ -294,13 +490,13 @@ def send(pool: Any, packed: list[bytes]) -> Any:
         redis.exceptions.ConnectionError: The connection was lost (retries spent).
         redis.exceptions.TimeoutError: No reply within the socket timeout (retries spent).
     """
-    conn = pool.get_connection(*_name_args(pool))
+    conn = _take(pool)
     try:
         return conn.retry.call_with_retry(
             lambda: _exchange(conn, packed), lambda _error, *_: conn.disconnect()
         )
     finally:
-        pool.release(conn)
+        _give(pool, conn)
 
 
 async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
