@@ -42,6 +42,11 @@ def bucket_of(seconds: float) -> str:
     return "+Inf"
 
 
+#: The field names of every outcome and bucket, and of every outcome's sum, made once.
+_FIELDS = {(o, b): bucket_field(o, b) for o in OUTCOMES for b in BOUNDS}
+_SUMS = {o: sum_field(o) for o in OUTCOMES}
+
+
 class DurationRecorder:
     """Durations observed since the last flush, per queue (thread-safe)."""
 
@@ -52,11 +57,15 @@ class DurationRecorder:
     def observe(self, queue: str, seconds: float, outcome: str) -> None:
         """Count one job of ``queue`` (its prefix) that took ``seconds``, by ``outcome``."""
         seconds = max(seconds, 0.0)
-        deltas = {
-            bucket_field(outcome, bucket_of(seconds)): 1,
-            sum_field(outcome): round(seconds * 1_000_000),
-        }
-        self.add(queue, deltas)
+        bound = bucket_of(seconds)
+        bucket = _FIELDS.get((outcome, bound)) or bucket_field(outcome, bound)
+        total = _SUMS.get(outcome) or sum_field(outcome)
+        with self._lock:
+            mine = self._pending.get(queue)
+            if mine is None:
+                mine = self._pending[queue] = {}
+            mine[bucket] = mine.get(bucket, 0) + 1
+            mine[total] = mine.get(total, 0) + round(seconds * 1_000_000)
 
     def add(self, queue: str, deltas: Mapping[str, int]) -> None:
         """Add counts (from :meth:`take` or another process's recorder) to ``queue``'s."""

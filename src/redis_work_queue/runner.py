@@ -682,15 +682,20 @@ class Core:
     def job_loop(self, slot: int) -> Loop:
         """Lease, handle, complete or release, until stopped; one per slot (thread or task)."""
         attempt = 0
+        # While items keep coming, the next look does not block (a blocking lease costs more
+        # to make); once a look finds nothing, the next one blocks for up to poll_secs.
+        wait = Op(
+            self.lease_from,
+            (self.queues, self.options.lease_secs),
+            {"timeout": self.options.poll_secs},
+        )
+        look = Op(self.lease_from, (self.queues, self.options.lease_secs), {"block": False})
+        busy = False
         while not self.stop_flag.is_set():
             failure: BaseException | None = None
             begun = time.monotonic()
             try:
-                leased = yield Op(
-                    self.lease_from,
-                    (self.queues, self.options.lease_secs),
-                    {"timeout": self.options.poll_secs},
-                )
+                leased = yield look if busy else wait
             except Exception as err:
                 failure = err
             if failure is not None:
@@ -699,6 +704,7 @@ class Core:
                 continue
             attempt = 0
             self.outage.recovered(begun)
+            busy = leased is not None
             if leased is None:
                 continue
             queue, item = leased
@@ -799,7 +805,7 @@ class Core:
             self.count(completed=1)
             if retried:
                 logger.info("completed %s after reconnecting", self._name(job))
-            else:
+            elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug("completed %s", self._name(job))
         elif retried and not done and not lost:
             # The first try ran before its reply was lost: the item is done.
