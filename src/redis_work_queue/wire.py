@@ -285,15 +285,17 @@ def _name_args(pool: Any) -> tuple[str, ...]:
 # redis-py version) takes the pool's own ``get_connection`` and ``release``.
 
 try:
-    from redis._parsers import _RESP2Parser, _RESP3Parser
+    from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
     from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
     from redis.event import AfterConnectionReleasedEvent
 except ImportError:  # an older redis-py: its own steps throughout
     _FAST_POOL: type | None = None
     _PY_PARSERS: frozenset[type] = frozenset()
+    _HIREDIS: type | None = None
 else:
     _FAST_POOL = ConnectionPool if redis.__version__.split(".")[0] == "8" else None
     _PY_PARSERS = frozenset({_RESP2Parser, _RESP3Parser})
+    _HIREDIS = _HiredisParser
 #: Pool methods that, replaced on a pool, are called instead (a spy, a test's fault).
 _POOL_METHODS = ("get_connection", "release")
 
@@ -331,7 +333,11 @@ def _take(pool: Any) -> Any:
 def _quiet(conn: Any, sock: Any) -> bool:
     """Whether nothing is left to read on a connected connection (``can_read`` is false)."""
     parser = conn._parser
-    if type(parser) not in _PY_PARSERS or parser._buffer is None or parser._buffer.unread_bytes():
+    kind = type(parser)
+    if kind in _PY_PARSERS:
+        if parser._buffer is None or parser._buffer.unread_bytes():
+            return False
+    elif kind is not _HIREDIS or parser._reader is None or parser._reader.has_data():
         return False
     return not select.select((sock,), (), (), 0)[0]
 
