@@ -4,7 +4,9 @@ the fallback where it does not apply, and its error and connection handling."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -356,3 +358,23 @@ def test_a_timed_out_connection_is_never_reused_half_read(server: Proc, sent: Se
     item = q.lease(db, 30, block=False)
     assert item is not None and item.id() == "a"
     assert sent.packets
+
+
+def test_a_connection_past_descriptor_1023_is_taken_from_the_pool(server: Proc, sent: Sent) -> None:
+    """The readiness check of a pooled connection works on any descriptor (poll, not select)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"needs 1200 open files, the limit is {soft}")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    db = server.client()
+    try:
+        q = WorkQueue(KeyPrefix("wire"))
+        assert q.add_item(db, Item(b"a", id="a")) is True
+        assert q.add_item(db, Item(b"a", id="a")) is False  # the pooled connection, checked
+        (conn,) = db.connection_pool._available_connections
+        assert conn._sock.fileno() > 1023
+    finally:
+        db.close()
+        for fd in held:
+            os.close(fd)
+    assert sent.packets  # the lean path (EVALSHA, EVAL on a flushed script cache, EVALSHA)

@@ -280,7 +280,7 @@ def _name_args(pool: Any) -> tuple[str, ...]:
 # the same steps are taken directly: the connection is popped and pushed under the pool's lock
 # and moved between its in-use and available sets, the released event is dispatched, and a
 # connection is taken as ready only when it is connected, its parser holds nothing unread and
-# its socket has nothing to read (one ``select``). Every other case (a new connection, one
+# its socket has nothing to read (one ``poll``). Every other case (a new connection, one
 # with something to read, a forked process, a connection to drop, another pool class or
 # redis-py version) takes the pool's own ``get_connection`` and ``release``.
 
@@ -296,6 +296,8 @@ else:
     _FAST_POOL = ConnectionPool if redis.__version__.split(".")[0] == "8" else None
     _PY_PARSERS = frozenset({_RESP2Parser, _RESP3Parser})
     _HIREDIS = _HiredisParser
+#: ``select.poll`` where there is one: ``select.select`` fails on descriptors past 1023.
+_POLL = getattr(select, "poll", None)
 #: Pool methods that, replaced on a pool, are called instead (a spy, a test's fault).
 _POOL_METHODS = ("get_connection", "release")
 
@@ -339,7 +341,11 @@ def _quiet(conn: Any, sock: Any) -> bool:
             return False
     elif kind is not _HIREDIS or parser._reader is None or parser._reader.has_data():
         return False
-    return not select.select((sock,), (), (), 0)[0]
+    if _POLL is None:  # no poll() (Windows): select, whose descriptors there are not capped
+        return not select.select((sock,), (), (), 0)[0]
+    poller = _POLL()
+    poller.register(sock, select.POLLIN)
+    return not poller.poll(0)
 
 
 def _give(pool: Any, conn: Any) -> None:
