@@ -33,6 +33,7 @@ Writes followed by WAIT (:mod:`.replicated`) borrow their connection the same wa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import io
@@ -472,6 +473,150 @@ def _read(conn: Any, parser: Any) -> Any:
     return conn.read_response(disable_decoding=True)
 
 
+# The same for redis.asyncio: ``ConnectionPool`` of redis-py 8, its Python parsers. Taking and
+# giving back make no await between looking at the pool and changing it, so no other task sees
+# it half-changed; while another task holds the pool's lock, the pool's own steps are taken.
+
+try:
+    from redis._parsers import _AsyncRESP2Parser, _AsyncRESP3Parser
+    from redis.asyncio.connection import async_timeout  # type: ignore[attr-defined]
+    from redis.event import AsyncAfterConnectionReleasedEvent
+except ImportError:  # an older redis-py: its own steps throughout
+    _AFAST_POOL: type | None = None
+    _APY_PARSERS: frozenset[type] = frozenset()
+else:
+    _AFAST_POOL = AsyncConnectionPool if _FAST_POOL is not None else None
+    _APY_PARSERS = frozenset({_AsyncRESP2Parser, _AsyncRESP3Parser})
+#: The most bytes one read of a ``redis.asyncio`` stream takes.
+_AREAD_SIZE = 65536
+
+
+def _atake(pool: Any) -> Any:
+    """A ready connection of a ``redis.asyncio`` pool, or None: take the pool's own steps."""
+    kind: Any = type(pool)
+    if kind is not _AFAST_POOL or pool._lock.locked():
+        return None
+    own = pool.__dict__
+    if "get_connection" in own or "release" in own:
+        return None
+    try:
+        conn = pool._available_connections.pop()
+    except IndexError:
+        return None
+    pool._in_use_connections.add(conn)
+    if _aquiet(conn):
+        return conn
+    pool._in_use_connections.discard(conn)
+    pool._available_connections.append(conn)
+    return None
+
+
+def _aquiet(conn: Any) -> bool:
+    """Whether a ``redis.asyncio`` connection is connected with nothing to read (``can_read``)."""
+    parser = conn._parser
+    if type(parser) not in _APY_PARSERS or not conn.is_connected or not parser._connected:
+        return False
+    reader = conn._reader
+    return not parser._buffer and not reader._buffer and not reader.at_eof()
+
+
+async def _agive(pool: Any, conn: Any) -> None:
+    """Give back a connection :func:`_atake` took, as ``pool.release(conn)`` does."""
+    if pool._lock.locked() or conn not in pool._in_use_connections or conn.should_reconnect():
+        await pool.release(conn)
+        return
+    pool._in_use_connections.remove(conn)
+    pool._available_connections.append(conn)
+    event = AsyncAfterConnectionReleasedEvent(conn)  # type: ignore[no-untyped-call]
+    await pool._event_dispatcher.dispatch_async(event)
+
+
+async def _asend_packed(conn: Any, packed: list[bytes]) -> None:
+    """``conn.send_packed_command(packed)``, without a task per call when nothing waits."""
+    if not conn.is_connected or conn.health_check_interval:
+        await conn.send_packed_command(packed)
+        return
+    writer = conn._writer
+    timeout = conn.socket_timeout
+    try:
+        writer.writelines(packed)
+        transport = writer.transport
+        if timeout and (transport.get_write_buffer_size() or transport.is_closing()):
+            async with async_timeout(timeout):
+                await writer.drain()
+        else:
+            await writer.drain()  # nothing left to write: returns at once, or raises if lost
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as err:
+        await conn.disconnect(nowait=True)
+        if len(err.args) == 1:
+            number, message = "UNKNOWN", err.args[0]
+        else:
+            number, message = err.args[0], err.args[1]
+        raise RedisConnectionError(f"Error {number} while writing to socket. {message}.") from err
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+
+
+async def _aread(conn: Any) -> Any:
+    """Read one reply as ``await conn.read_response(disable_decoding=True)`` does.
+
+    As :func:`_read`: a reply whole in one read, of the kinds :func:`_parse` knows, is parsed
+    here; anything else is put back in front of the stream's buffer for redis-py's parser.
+    """
+    parser = conn._parser
+    if type(parser) not in _APY_PARSERS or parser._buffer or conn.health_check_interval:
+        return await conn.read_response(disable_decoding=True)
+    reader = conn._reader
+    timeout = conn.socket_timeout
+    try:
+        if timeout:
+            # As redis-py: a maintenance notification may reschedule the read's timeout.
+            async with async_timeout(timeout) as active:
+                conn._active_read_timeout = active
+                try:
+                    data = await reader.read(_AREAD_SIZE)
+                finally:
+                    conn._active_read_timeout = None
+        else:
+            data = await reader.read(_AREAD_SIZE)
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as err:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(
+            f"Error while reading from {conn._host_error()} : {err.args}"
+        ) from None
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    if not data:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    if data[0] == 45:  # -: an error reply
+        end = data.find(b"\r\n")
+        if end == len(data) - 2:
+            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
+            if isinstance(error, RedisConnectionError):
+                await conn.disconnect(nowait=True)
+            raise error from None
+    else:
+        try:
+            value, end = _parse(data, 0)
+        except (_Defer, IndexError):
+            pass
+        else:
+            if end != len(data):
+                reader._buffer[:0] = data[end:]
+            return value
+    reader._buffer[:0] = data
+    return await conn.read_response(disable_decoding=True)
+
+
 # Sending -------------------------------------------------------------------------------------
 
 
@@ -513,9 +658,9 @@ def send(pool: Any, packed: list[bytes]) -> Any:
 
 async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
     """Asynchronous :func:`_exchange`."""
-    await conn.send_packed_command(packed)
+    await _asend_packed(conn, packed)
     try:
-        return await conn.read_response(disable_decoding=True)
+        return await _aread(conn)
     except ResponseError:
         raise
     except BaseException:  # cancelled mid-read too: the reply may be left unread
@@ -525,13 +670,19 @@ async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
 
 async def asend(pool: Any, packed: list[bytes]) -> Any:
     """Asynchronous :func:`send`, on a ``redis.asyncio`` pool."""
-    conn = await pool.get_connection(*_name_args(pool))
+    conn = _atake(pool)
+    taken = conn is not None
+    if conn is None:
+        conn = await pool.get_connection(*_name_args(pool))
     try:
         return await conn.retry.call_with_retry(
             lambda: _aexchange(conn, packed), lambda _error, *_: conn.disconnect()
         )
     finally:
-        await pool.release(conn)
+        if taken:
+            await _agive(pool, conn)
+        else:
+            await pool.release(conn)
 
 
 # Borrowing a connection for an exchange of one's own --------------------------------------------
