@@ -13,6 +13,7 @@ SIGKILL since its last heartbeat are lost.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Mapping
 
@@ -36,10 +37,8 @@ def sum_field(outcome: str) -> str:
 
 def bucket_of(seconds: float) -> str:
     """The bound of the bucket ``seconds`` falls in (bounds are inclusive, as Prometheus's)."""
-    for bound, name in zip(BUCKETS, BOUNDS, strict=False):
-        if seconds <= bound:
-            return name
-    return "+Inf"
+    # The first bound >= seconds; past the last one, "+Inf" (the last of BOUNDS).
+    return BOUNDS[bisect.bisect_left(BUCKETS, seconds)]
 
 
 #: The field names of every outcome and bucket, and of every outcome's sum, made once.

@@ -23,9 +23,10 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
 
 from redis.exceptions import (
     AskError,
@@ -533,13 +534,15 @@ class Held:
 # Actions ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Op:
-    """Call ``fn(db, *args, **kwargs)`` (a queue facade's method); awaited if it is async."""
+class Op(NamedTuple):
+    """Call ``fn(db, *args, **kwargs)`` (a queue facade's method); awaited if it is async.
+
+    A named tuple: one is made for every call a job makes, and a tuple is the cheapest to make.
+    """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
