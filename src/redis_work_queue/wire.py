@@ -423,6 +423,10 @@ def _parse(data: bytes, pos: int) -> tuple[Any, int]:  # noqa: PLR0911 - one per
 
 def _inject(parser: Any, data: bytes) -> None:
     """Put bytes read from the socket into the parser's buffer, as its own reads do."""
+    kind: Any = type(parser)
+    if kind is _HIREDIS:
+        parser._reader.feed(data)
+        return
     buf = parser._buffer._buffer
     pos = buf.tell()
     buf.seek(0, io.SEEK_END)
@@ -435,13 +439,21 @@ def _read(conn: Any, parser: Any) -> Any:
 
     Replies that arrive whole in one read and are of the kinds :func:`_parse` knows are
     parsed here; anything else (a longer reply, a push message, another kind) is handed to
-    the parser's buffer and read by redis-py. Errors are redis-py's (``parse_error``).
+    the parser (its buffer, or hiredis's reader) and read by redis-py. Errors are redis-py's
+    (``parse_error``).
     """
-    buffer = parser._buffer
-    if buffer is None:  # nothing unread otherwise: the connection was checked when taken
-        return conn.read_response(disable_decoding=True)
+    kind: Any = type(parser)
+    if kind is _HIREDIS:
+        if parser._reader is None:
+            return conn.read_response(disable_decoding=True)
+        size = parser.socket_read_size
+    else:
+        buffer = parser._buffer
+        if buffer is None:  # nothing unread otherwise: the connection was checked when taken
+            return conn.read_response(disable_decoding=True)
+        size = buffer.socket_read_size
     try:
-        data = conn._sock.recv(buffer.socket_read_size)
+        data = conn._sock.recv(size)
     except TimeoutError:  # socket.timeout
         conn.disconnect()
         raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
@@ -625,7 +637,8 @@ def _exchange(conn: Any, packed: list[bytes]) -> Any:
     conn.send_packed_command(packed)
     try:
         parser = conn._parser
-        if type(parser) in _PY_PARSERS and not conn.health_check_interval:
+        kind = type(parser)
+        if (kind in _PY_PARSERS or kind is _HIREDIS) and not conn.health_check_interval:
             return _read(conn, parser)
         return conn.read_response(disable_decoding=True)
     except ResponseError:
