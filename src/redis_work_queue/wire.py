@@ -6,11 +6,14 @@ lease, complete, renew, release and their batch forms) are a handful of script c
 command prefix (``EVALSHA <sha> <numkeys> <keys>``) never changes for a queue, so they take a
 shorter path on the very client the caller passed:
 
-* a connection is taken from the client's own pool (``connection_pool.get_connection()``,
-  which connects it, and checks that nothing is left unread on it) and given back after;
+* a connection is taken from the client's own pool and given back after: with the pool's
+  own steps, taken directly for redis-py 8's ``ConnectionPool`` (see below), or else through
+  its ``get_connection()`` (which connects it, and checks that nothing is left unread on it)
+  and ``release()``;
 * the command is the cached prefix followed by the arguments, packed here;
-* the reply is read without decoding (``read_response(disable_decoding=True)``), as
-  redis-py's own pipelines read theirs, so it is the same value the command layer returns;
+* the reply is read without decoding: a short one in one read and parsed here, anything else
+  by the parser's ``read_response(disable_decoding=True)``, as redis-py's own pipelines read
+  theirs, so it is the same value the command layer returns;
 * sending and reading go through the connection's ``retry`` exactly as redis-py's
   ``execute_command`` does: a lost connection or a timeout (the retry's supported errors) is
   disconnected and sent again as the client's ``Retry`` allows, then raised. A connection that
