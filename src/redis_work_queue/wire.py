@@ -302,21 +302,29 @@ else:
     _HIREDIS = _HiredisParser
 #: ``select.poll`` where there is one: ``select.select`` fails on descriptors past 1023.
 _POLL = getattr(select, "poll", None)
-#: Pool methods that, replaced on a pool, are called instead (a spy, a test's fault).
-_POOL_METHODS = ("get_connection", "release")
 
 
 def _own_steps(pool: Any) -> bool:
-    """Whether ``pool``'s steps can be taken directly (see above)."""
-    if type(pool) is not _FAST_POOL:
+    """Whether ``pool``'s steps can be taken directly (see above).
+
+    Not when ``get_connection`` or ``release`` was replaced on the pool (a spy, a test's
+    fault), nor in a forked process before the pool has reset itself.
+    """
+    kind: Any = type(pool)
+    if kind is not _FAST_POOL or pool.pid != os.getpid():
         return False
     own = pool.__dict__
     return "get_connection" not in own and "release" not in own
 
 
-def _take(pool: Any) -> Any:
-    """A ready connection of ``pool``, as ``pool.get_connection()`` gives it."""
-    if _own_steps(pool) and pool.pid == os.getpid():
+def _take(pool: Any) -> tuple[Any, bool]:
+    """A ready connection of ``pool``, as ``pool.get_connection()`` gives it.
+
+    Returns:
+        The connection, and whether it was taken with the pool's steps directly (it then goes
+        back with :func:`_give`, else with ``pool.release``).
+    """
+    if _own_steps(pool):
         with pool._lock:
             try:
                 conn = pool._available_connections.pop()
@@ -327,13 +335,11 @@ def _take(pool: Any) -> Any:
         if conn is not None:
             sock = conn._sock
             if sock is not None and _quiet(conn, sock):
-                return conn
+                return conn, True
             with pool._lock:  # back as it was: the pool's own steps check and reconnect it
                 pool._in_use_connections.discard(conn)
                 pool._available_connections.append(conn)
-    conn = pool.get_connection(*_name_args(pool))
-    conn._rwq_slow = True
-    return conn
+    return pool.get_connection(*_name_args(pool)), False
 
 
 def _quiet(conn: Any, sock: Any) -> bool:
@@ -353,8 +359,8 @@ def _quiet(conn: Any, sock: Any) -> bool:
 
 
 def _give(pool: Any, conn: Any) -> None:
-    """Give ``conn`` back to ``pool``, as ``pool.release(conn)`` does."""
-    if conn.__dict__.pop("_rwq_slow", False) or not _own_steps(pool):
+    """Give back a connection :func:`_take` took directly, as ``pool.release(conn)`` does."""
+    if not _own_steps(pool):
         pool.release(conn)
         return
     with pool._lock:
@@ -663,13 +669,16 @@ def send(pool: Any, packed: list[bytes]) -> Any:
         redis.exceptions.ConnectionError: The connection was lost (retries spent).
         redis.exceptions.TimeoutError: No reply within the socket timeout (retries spent).
     """
-    conn = _take(pool)
+    conn, taken = _take(pool)
     try:
         return conn.retry.call_with_retry(
             lambda: _exchange(conn, packed), lambda _error, *_: conn.disconnect()
         )
     finally:
-        _give(pool, conn)
+        if taken:
+            _give(pool, conn)
+        else:
+            pool.release(conn)
 
 
 async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
