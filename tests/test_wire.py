@@ -4,7 +4,9 @@ the fallback where it does not apply, and its error and connection handling."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,6 +111,18 @@ def scenario(q: Any, db: Any, run: Callable[[Any], Any]) -> list[Any]:
     out.append(run(q.complete(db, first)))
     out.append([i.id() for i in run(q.complete_many(db, many[1:]))])
     out.append(run(q.complete_many(db, many[1:])))
+    last = run(q.lease(db, 30, block=False))
+    out.append(_items([last]))
+    second = run(q.lease(db, 30, block=False))
+    out.append(_items([second]))
+    out.append(run(q.renew_many(db, [last, second], 45)))
+    out.append(run(q.release_outcome(db, second, reason="later")))
+    out.append(run(q.give_back(db, [last])))
+    # Longer than one read of the socket: the reply is read by redis-py's parser.
+    out.append(run(q.add_item(db, Item(b"x" * 200_000, id="big"))))
+    out.append(_items(run(q.lease_many(db, 30, 10, block=False))))
+    out.append(run(q.add_item(db, Item(b"g", id="g"), delay=0.001)))
+    out.append(_items([run(q.lease(db, 30, block=True, timeout=2, at_most_once=True))]))
     out.append(_items([run(q.lease(db, 30, block=False))]))
     return out
 
@@ -167,6 +181,18 @@ def test_asyncio_lean_path_gives_the_normal_paths_replies_and_keys(
             out.append(await q.complete(db, first))
             out.append([i.id() for i in await q.complete_many(db, many[1:])])
             out.append(await q.complete_many(db, many[1:]))
+            last = await q.lease(db, 30, block=False)
+            out.append(_items([last]))
+            second = await q.lease(db, 30, block=False)
+            out.append(_items([second]))
+            out.append(await q.renew_many(db, [last, second], 45))
+            out.append(await q.release_outcome(db, second, reason="later"))
+            out.append(await q.give_back(db, [last]))
+            out.append(await q.add_item(db, Item(b"x" * 200_000, id="big")))
+            out.append(_items(await q.lease_many(db, 30, 10, block=False)))
+            out.append(await q.add_item(db, Item(b"g", id="g"), delay=0.001))
+            lease = q.lease(db, 30, block=True, timeout=2, at_most_once=True)
+            out.append(_items([await lease]))
             out.append(_items([await q.lease(db, 30, block=False)]))
             await db.aclose()
             return out
@@ -332,3 +358,23 @@ def test_a_timed_out_connection_is_never_reused_half_read(server: Proc, sent: Se
     item = q.lease(db, 30, block=False)
     assert item is not None and item.id() == "a"
     assert sent.packets
+
+
+def test_a_connection_past_descriptor_1023_is_taken_from_the_pool(server: Proc, sent: Sent) -> None:
+    """The readiness check of a pooled connection works on any descriptor (poll, not select)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"needs 1200 open files, the limit is {soft}")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    db = server.client()
+    try:
+        q = WorkQueue(KeyPrefix("wire"))
+        assert q.add_item(db, Item(b"a", id="a")) is True
+        assert q.add_item(db, Item(b"a", id="a")) is False  # the pooled connection, checked
+        (conn,) = db.connection_pool._available_connections
+        assert conn._sock.fileno() > 1023
+    finally:
+        db.close()
+        for fd in held:
+            os.close(fd)
+    assert sent.packets  # the lean path (EVALSHA, EVAL on a flushed script cache, EVALSHA)

@@ -13,6 +13,7 @@ SIGKILL since its last heartbeat are lost.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Mapping
 
@@ -36,10 +37,13 @@ def sum_field(outcome: str) -> str:
 
 def bucket_of(seconds: float) -> str:
     """The bound of the bucket ``seconds`` falls in (bounds are inclusive, as Prometheus's)."""
-    for bound, name in zip(BUCKETS, BOUNDS, strict=False):
-        if seconds <= bound:
-            return name
-    return "+Inf"
+    # The first bound >= seconds; past the last one, "+Inf" (the last of BOUNDS).
+    return BOUNDS[bisect.bisect_left(BUCKETS, seconds)]
+
+
+#: The field names of every outcome and bucket, and of every outcome's sum, made once.
+_FIELDS = {(o, b): bucket_field(o, b) for o in OUTCOMES for b in BOUNDS}
+_SUMS = {o: sum_field(o) for o in OUTCOMES}
 
 
 class DurationRecorder:
@@ -52,11 +56,15 @@ class DurationRecorder:
     def observe(self, queue: str, seconds: float, outcome: str) -> None:
         """Count one job of ``queue`` (its prefix) that took ``seconds``, by ``outcome``."""
         seconds = max(seconds, 0.0)
-        deltas = {
-            bucket_field(outcome, bucket_of(seconds)): 1,
-            sum_field(outcome): round(seconds * 1_000_000),
-        }
-        self.add(queue, deltas)
+        bound = bucket_of(seconds)
+        bucket = _FIELDS.get((outcome, bound)) or bucket_field(outcome, bound)
+        total = _SUMS.get(outcome) or sum_field(outcome)
+        with self._lock:
+            mine = self._pending.get(queue)
+            if mine is None:
+                mine = self._pending[queue] = {}
+            mine[bucket] = mine.get(bucket, 0) + 1
+            mine[total] = mine.get(total, 0) + round(seconds * 1_000_000)
 
     def add(self, queue: str, deltas: Mapping[str, int]) -> None:
         """Add counts (from :meth:`take` or another process's recorder) to ``queue``'s."""

@@ -23,9 +23,10 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
 
 from redis.exceptions import (
     AskError,
@@ -533,13 +534,15 @@ class Held:
 # Actions ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Op:
-    """Call ``fn(db, *args, **kwargs)`` (a queue facade's method); awaited if it is async."""
+class Op(NamedTuple):
+    """Call ``fn(db, *args, **kwargs)`` (a queue facade's method); awaited if it is async.
+
+    A named tuple: one is made for every call a job makes, and a tuple is the cheapest to make.
+    """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -682,15 +685,20 @@ class Core:
     def job_loop(self, slot: int) -> Loop:
         """Lease, handle, complete or release, until stopped; one per slot (thread or task)."""
         attempt = 0
+        # While items keep coming, the next look does not block (a blocking lease costs more
+        # to make); once a look finds nothing, the next one blocks for up to poll_secs.
+        wait = Op(
+            self.lease_from,
+            (self.queues, self.options.lease_secs),
+            {"timeout": self.options.poll_secs},
+        )
+        look = Op(self.lease_from, (self.queues, self.options.lease_secs), {"block": False})
+        busy = False
         while not self.stop_flag.is_set():
             failure: BaseException | None = None
             begun = time.monotonic()
             try:
-                leased = yield Op(
-                    self.lease_from,
-                    (self.queues, self.options.lease_secs),
-                    {"timeout": self.options.poll_secs},
-                )
+                leased = yield look if busy else wait
             except Exception as err:
                 failure = err
             if failure is not None:
@@ -699,6 +707,7 @@ class Core:
                 continue
             attempt = 0
             self.outage.recovered(begun)
+            busy = leased is not None
             if leased is None:
                 continue
             queue, item = leased
@@ -799,7 +808,7 @@ class Core:
             self.count(completed=1)
             if retried:
                 logger.info("completed %s after reconnecting", self._name(job))
-            else:
+            elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug("completed %s", self._name(job))
         elif retried and not done and not lost:
             # The first try ran before its reply was lost: the item is done.

@@ -6,11 +6,14 @@ lease, complete, renew, release and their batch forms) are a handful of script c
 command prefix (``EVALSHA <sha> <numkeys> <keys>``) never changes for a queue, so they take a
 shorter path on the very client the caller passed:
 
-* a connection is taken from the client's own pool (``connection_pool.get_connection()``,
-  which connects it, and checks that nothing is left unread on it) and given back after;
+* a connection is taken from the client's own pool and given back after: with the pool's
+  own steps, taken directly for redis-py 8's ``ConnectionPool`` (see below), or else through
+  its ``get_connection()`` (which connects it, and checks that nothing is left unread on it)
+  and ``release()``;
 * the command is the cached prefix followed by the arguments, packed here;
-* the reply is read without decoding (``read_response(disable_decoding=True)``), as
-  redis-py's own pipelines read theirs, so it is the same value the command layer returns;
+* the reply is read without decoding: a short one in one read and parsed here, anything else
+  by the parser's ``read_response(disable_decoding=True)``, as redis-py's own pipelines read
+  theirs, so it is the same value the command layer returns;
 * sending and reading go through the connection's ``retry`` exactly as redis-py's
   ``execute_command`` does: a lost connection or a timeout (the retry's supported errors) is
   disconnected and sent again as the client's ``Retry`` allows, then raised. A connection that
@@ -33,8 +36,12 @@ Writes followed by WAIT (:mod:`.replicated`) borrow their connection the same wa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
+import io
+import os
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -59,7 +66,9 @@ from redis.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import (
     SentinelConnectionPool,
     SentinelManagedConnection,
@@ -150,7 +159,7 @@ def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
             out += (b"".join(parts), value)
             parts = [b"\r\n"]
         else:
-            parts += (b"$%d\r\n" % len(value), value, b"\r\n")
+            parts.append(b"$%d\r\n%b\r\n" % (len(value), value))
     out.append(b"".join(parts))
     return out
 
@@ -267,6 +276,368 @@ def _name_args(pool: Any) -> tuple[str, ...]:
     return found
 
 
+# The pool's own steps, taken directly ------------------------------------------------------------
+#
+# redis-py's ``get_connection`` and ``release`` cost more than the exchange itself on a short
+# script call (deprecation wrapper, metrics calls, a readiness check that costs three system
+# calls). For the pool class whose steps are mirrored here (``ConnectionPool`` of redis-py 8),
+# the same steps are taken directly: the connection is popped and pushed under the pool's lock
+# and moved between its in-use and available sets, the released event is dispatched, and a
+# connection is taken as ready only when it is connected, its parser holds nothing unread and
+# its socket has nothing to read (one ``poll``). Every other case (a new connection, one
+# with something to read, a forked process, a connection to drop, another pool class or
+# redis-py version) takes the pool's own ``get_connection`` and ``release``.
+
+try:
+    from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
+    from redis.event import AfterConnectionReleasedEvent
+except ImportError:  # an older redis-py: its own steps throughout
+    _FAST_POOL: type | None = None
+    _PY_PARSERS: frozenset[type] = frozenset()
+    _HIREDIS: type | None = None
+else:
+    _FAST_POOL = ConnectionPool if redis.__version__.split(".")[0] == "8" else None
+    _PY_PARSERS = frozenset({_RESP2Parser, _RESP3Parser})
+    _HIREDIS = _HiredisParser
+#: ``select.poll`` where there is one: ``select.select`` fails on descriptors past 1023.
+_POLL = getattr(select, "poll", None)
+
+
+def _own_steps(pool: Any) -> bool:
+    """Whether ``pool``'s steps can be taken directly (see above).
+
+    Not when ``get_connection`` or ``release`` was replaced on the pool (a spy, a test's
+    fault), nor in a forked process before the pool has reset itself.
+    """
+    kind: Any = type(pool)
+    if kind is not _FAST_POOL or pool.pid != os.getpid():
+        return False
+    own = pool.__dict__
+    return "get_connection" not in own and "release" not in own
+
+
+def _take(pool: Any) -> tuple[Any, bool]:
+    """A ready connection of ``pool``, as ``pool.get_connection()`` gives it.
+
+    Returns:
+        The connection, and whether it was taken with the pool's steps directly (it then goes
+        back with :func:`_give`, else with ``pool.release``).
+    """
+    if _own_steps(pool):
+        with pool._lock:
+            try:
+                conn = pool._available_connections.pop()
+            except IndexError:
+                conn = None
+            else:
+                pool._in_use_connections.add(conn)
+        if conn is not None:
+            sock = conn._sock
+            if sock is not None and _quiet(conn, sock):
+                return conn, True
+            with pool._lock:  # back as it was: the pool's own steps check and reconnect it
+                pool._in_use_connections.discard(conn)
+                pool._available_connections.append(conn)
+    return pool.get_connection(*_name_args(pool)), False
+
+
+def _quiet(conn: Any, sock: Any) -> bool:
+    """Whether nothing is left to read on a connected connection (``can_read`` is false)."""
+    parser = conn._parser
+    kind = type(parser)
+    if kind in _PY_PARSERS:
+        if parser._buffer is None or parser._buffer.unread_bytes():
+            return False
+    elif kind is not _HIREDIS or parser._reader is None or parser._reader.has_data():
+        return False
+    if _POLL is None:  # no poll() (Windows): select, whose descriptors there are not capped
+        return not select.select((sock,), (), (), 0)[0]
+    poller = _POLL()
+    poller.register(sock, select.POLLIN)
+    return not poller.poll(0)
+
+
+def _give(pool: Any, conn: Any) -> None:
+    """Give back a connection :func:`_take` took directly, as ``pool.release(conn)`` does."""
+    if not _own_steps(pool):
+        pool.release(conn)
+        return
+    with pool._lock:
+        if (
+            conn in pool._in_use_connections
+            and conn.pid == pool.pid
+            and not conn.should_reconnect()
+        ):
+            pool._in_use_connections.remove(conn)
+            pool._available_connections.append(conn)
+            event = AfterConnectionReleasedEvent(conn)  # type: ignore[no-untyped-call]
+            pool._event_dispatcher.dispatch(event)
+            return
+    pool.release(conn)
+
+
+class _Defer(Exception):
+    """A reply the short parser leaves to redis-py's (incomplete, or of another kind)."""
+
+
+_DEFER = _Defer()
+
+
+def _parse(data: bytes, pos: int) -> tuple[Any, int]:  # noqa: PLR0911 - one per kind
+    """One RESP value of the kinds scripts reply with, from ``data[pos:]``; its end.
+
+    Integers, bulk and simple strings (as bytes), nulls and arrays of them; anything else
+    (an error inside an array, a double, a map, a push message) or a reply cut short raises
+    :class:`_Defer`.
+    """
+    end = data.find(b"\r\n", pos)
+    if end < 0:
+        raise _DEFER
+    kind = data[pos]
+    if kind == 36:  # $
+        size = int(data[pos + 1 : end])
+        if size < 0:
+            return None, end + 2
+        start = end + 2
+        stop = start + size
+        if stop + 2 > len(data):
+            raise _DEFER
+        return data[start:stop], stop + 2
+    if kind == 58:  # :
+        return int(data[pos + 1 : end]), end + 2
+    if kind == 42:  # *
+        count = int(data[pos + 1 : end])
+        if count < 0:
+            return None, end + 2
+        pos = end + 2
+        items = []
+        for _ in range(count):
+            if data[pos] == 58:  # an integer, the most common element
+                end = data.find(b"\r\n", pos)
+                if end < 0:
+                    raise _DEFER
+                items.append(int(data[pos + 1 : end]))
+                pos = end + 2
+            else:
+                value, pos = _parse(data, pos)
+                items.append(value)
+        return items, pos
+    if kind == 95:  # _
+        return None, end + 2
+    if kind == 43:  # +
+        return data[pos + 1 : end], end + 2
+    raise _DEFER
+
+
+def _inject(parser: Any, data: bytes) -> None:
+    """Put bytes read from the socket into the parser's buffer, as its own reads do."""
+    kind: Any = type(parser)
+    if kind is _HIREDIS:
+        parser._reader.feed(data)
+        return
+    buf = parser._buffer._buffer
+    pos = buf.tell()
+    buf.seek(0, io.SEEK_END)
+    buf.write(data)
+    buf.seek(pos)
+
+
+def _read(conn: Any, parser: Any) -> Any:
+    """Read one reply as ``conn.read_response(disable_decoding=True)`` does.
+
+    Replies that arrive whole in one read and are of the kinds :func:`_parse` knows are
+    parsed here; anything else (a longer reply, a push message, another kind) is handed to
+    the parser (its buffer, or hiredis's reader) and read by redis-py. Errors are redis-py's
+    (``parse_error``).
+    """
+    kind: Any = type(parser)
+    if kind is _HIREDIS:
+        if parser._reader is None:
+            return conn.read_response(disable_decoding=True)
+        size = parser.socket_read_size
+    else:
+        buffer = parser._buffer
+        if buffer is None:  # nothing unread otherwise: the connection was checked when taken
+            return conn.read_response(disable_decoding=True)
+        size = buffer.socket_read_size
+    try:
+        data = conn._sock.recv(size)
+    except TimeoutError:  # socket.timeout
+        conn.disconnect()
+        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as err:
+        conn.disconnect()
+        raise RedisConnectionError(
+            f"Error while reading from {conn._host_error()} : {err.args}"
+        ) from None
+    if not data:
+        conn.disconnect()
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    if data[0] == 45:  # -: an error reply
+        end = data.find(b"\r\n")
+        if end == len(data) - 2:
+            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
+            if isinstance(error, RedisConnectionError):
+                conn.disconnect()
+            raise error
+    else:
+        try:
+            value, end = _parse(data, 0)
+        except (_Defer, IndexError):  # IndexError: cut short between two elements
+            pass
+        else:
+            if end != len(data):
+                _inject(parser, data[end:])
+            return value
+    _inject(parser, data)
+    return conn.read_response(disable_decoding=True)
+
+
+# The same for redis.asyncio: ``ConnectionPool`` of redis-py 8, its Python parsers. Taking and
+# giving back make no await between looking at the pool and changing it, so no other task sees
+# it half-changed; while another task holds the pool's lock, the pool's own steps are taken.
+
+try:
+    from redis._parsers import _AsyncRESP2Parser, _AsyncRESP3Parser
+    from redis.asyncio.connection import async_timeout  # type: ignore[attr-defined]
+    from redis.event import AsyncAfterConnectionReleasedEvent
+except ImportError:  # an older redis-py: its own steps throughout
+    _AFAST_POOL: type | None = None
+    _APY_PARSERS: frozenset[type] = frozenset()
+else:
+    _AFAST_POOL = AsyncConnectionPool if _FAST_POOL is not None else None
+    _APY_PARSERS = frozenset({_AsyncRESP2Parser, _AsyncRESP3Parser})
+#: The most bytes one read of a ``redis.asyncio`` stream takes.
+_AREAD_SIZE = 65536
+
+
+def _atake(pool: Any) -> Any:
+    """A ready connection of a ``redis.asyncio`` pool, or None: take the pool's own steps."""
+    kind: Any = type(pool)
+    if kind is not _AFAST_POOL or pool._lock.locked():
+        return None
+    own = pool.__dict__
+    if "get_connection" in own or "release" in own:
+        return None
+    try:
+        conn = pool._available_connections.pop()
+    except IndexError:
+        return None
+    pool._in_use_connections.add(conn)
+    if _aquiet(conn):
+        return conn
+    pool._in_use_connections.discard(conn)
+    pool._available_connections.append(conn)
+    return None
+
+
+def _aquiet(conn: Any) -> bool:
+    """Whether a ``redis.asyncio`` connection is connected with nothing to read (``can_read``)."""
+    parser = conn._parser
+    if type(parser) not in _APY_PARSERS or not conn.is_connected or not parser._connected:
+        return False
+    reader = conn._reader
+    return not parser._buffer and not reader._buffer and not reader.at_eof()
+
+
+async def _agive(pool: Any, conn: Any) -> None:
+    """Give back a connection :func:`_atake` took, as ``pool.release(conn)`` does."""
+    if pool._lock.locked() or conn not in pool._in_use_connections or conn.should_reconnect():
+        await pool.release(conn)
+        return
+    pool._in_use_connections.remove(conn)
+    pool._available_connections.append(conn)
+    event = AsyncAfterConnectionReleasedEvent(conn)  # type: ignore[no-untyped-call]
+    await pool._event_dispatcher.dispatch_async(event)
+
+
+async def _asend_packed(conn: Any, packed: list[bytes]) -> None:
+    """``conn.send_packed_command(packed)``, without a task per call when nothing waits."""
+    if not conn.is_connected or conn.health_check_interval:
+        await conn.send_packed_command(packed)
+        return
+    writer = conn._writer
+    timeout = conn.socket_timeout
+    try:
+        writer.writelines(packed)
+        transport = writer.transport
+        if timeout and (transport.get_write_buffer_size() or transport.is_closing()):
+            async with async_timeout(timeout):
+                await writer.drain()
+        else:
+            await writer.drain()  # nothing left to write: returns at once, or raises if lost
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as err:
+        await conn.disconnect(nowait=True)
+        if len(err.args) == 1:
+            number, message = "UNKNOWN", err.args[0]
+        else:
+            number, message = err.args[0], err.args[1]
+        raise RedisConnectionError(f"Error {number} while writing to socket. {message}.") from err
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+
+
+async def _aread(conn: Any) -> Any:
+    """Read one reply as ``await conn.read_response(disable_decoding=True)`` does.
+
+    As :func:`_read`: a reply whole in one read, of the kinds :func:`_parse` knows, is parsed
+    here; anything else is put back in front of the stream's buffer for redis-py's parser.
+    """
+    parser = conn._parser
+    if type(parser) not in _APY_PARSERS or parser._buffer or conn.health_check_interval:
+        return await conn.read_response(disable_decoding=True)
+    reader = conn._reader
+    timeout = conn.socket_timeout
+    try:
+        if timeout:
+            # As redis-py: a maintenance notification may reschedule the read's timeout.
+            async with async_timeout(timeout) as active:
+                conn._active_read_timeout = active
+                try:
+                    data = await reader.read(_AREAD_SIZE)
+                finally:
+                    conn._active_read_timeout = None
+        else:
+            data = await reader.read(_AREAD_SIZE)
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as err:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(
+            f"Error while reading from {conn._host_error()} : {err.args}"
+        ) from None
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+    if not data:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    if data[0] == 45:  # -: an error reply
+        end = data.find(b"\r\n")
+        if end == len(data) - 2:
+            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
+            if isinstance(error, RedisConnectionError):
+                await conn.disconnect(nowait=True)
+            raise error from None
+    else:
+        try:
+            value, end = _parse(data, 0)
+        except (_Defer, IndexError):
+            pass
+        else:
+            if end != len(data):
+                reader._buffer[:0] = data[end:]
+            return value
+    reader._buffer[:0] = data
+    return await conn.read_response(disable_decoding=True)
+
+
 # Sending -------------------------------------------------------------------------------------
 
 
@@ -274,6 +645,10 @@ def _exchange(conn: Any, packed: list[bytes]) -> Any:
     """Send one packed command and read its reply, undecoded."""
     conn.send_packed_command(packed)
     try:
+        parser = conn._parser
+        kind = type(parser)
+        if (kind in _PY_PARSERS or kind is _HIREDIS) and not conn.health_check_interval:
+            return _read(conn, parser)
         return conn.read_response(disable_decoding=True)
     except ResponseError:
         raise
@@ -294,20 +669,23 @@ def send(pool: Any, packed: list[bytes]) -> Any:
         redis.exceptions.ConnectionError: The connection was lost (retries spent).
         redis.exceptions.TimeoutError: No reply within the socket timeout (retries spent).
     """
-    conn = pool.get_connection(*_name_args(pool))
+    conn, taken = _take(pool)
     try:
         return conn.retry.call_with_retry(
             lambda: _exchange(conn, packed), lambda _error, *_: conn.disconnect()
         )
     finally:
-        pool.release(conn)
+        if taken:
+            _give(pool, conn)
+        else:
+            pool.release(conn)
 
 
 async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
     """Asynchronous :func:`_exchange`."""
-    await conn.send_packed_command(packed)
+    await _asend_packed(conn, packed)
     try:
-        return await conn.read_response(disable_decoding=True)
+        return await _aread(conn)
     except ResponseError:
         raise
     except BaseException:  # cancelled mid-read too: the reply may be left unread
@@ -317,13 +695,19 @@ async def _aexchange(conn: Any, packed: list[bytes]) -> Any:
 
 async def asend(pool: Any, packed: list[bytes]) -> Any:
     """Asynchronous :func:`send`, on a ``redis.asyncio`` pool."""
-    conn = await pool.get_connection(*_name_args(pool))
+    conn = _atake(pool)
+    taken = conn is not None
+    if conn is None:
+        conn = await pool.get_connection(*_name_args(pool))
     try:
         return await conn.retry.call_with_retry(
             lambda: _aexchange(conn, packed), lambda _error, *_: conn.disconnect()
         )
     finally:
-        await pool.release(conn)
+        if taken:
+            await _agive(pool, conn)
+        else:
+            await pool.release(conn)
 
 
 # Borrowing a connection for an exchange of one's own --------------------------------------------

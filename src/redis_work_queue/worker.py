@@ -341,9 +341,11 @@ class Worker:
                 name=f"rwq-worker-{slot}",
                 daemon=True,
             )
+            # Started under the lock: the loop below never sees a slot's thread not yet started
+            # (it would take the worker for ended).
             with lock:
                 slots[slot] = thread
-            thread.start()
+                thread.start()
 
         def replace(job: Job) -> None:
             if not core.stop_flag.is_set():
