@@ -1134,20 +1134,47 @@ def test_a_failed_background_completion_fails_the_query_and_a_restart_completes_
         end = reader.latestOffset(start, None)
         real_db.set("fails:counts", "not a hash")  # the completion's type check fails
         nxt = reader.latestOffset(end, None)  # completes `end` in the background
-        assert nxt["items"] == 3
+        assert nxt["items"] == 3 and nxt["completing"] == end["batch"]
+        # Spark plans and writes `nxt`, and records it as written, before its next call to the
+        # source (commit, or latestOffset): that call fails.
+        assert len(read_rows(reader, reader.partitions(end, nxt))) == 3
         with pytest.raises(WrongKeyTypeError, match="fails:counts"):
-            reader.latestOffset(nxt, None)
+            reader.commit(nxt)
         real_db.delete("fails:counts")
     finally:
         reader.stop()
-    assert queue.stats(real_db).leased == 3  # nothing completed; the next batch given back
+    stats = queue.stats(real_db)
+    assert (stats.leased, stats.queued) == (3, 3)  # `end` still leased; `nxt` given back
+    assert real_db.exists(f"fails:spark:batch:{end['batch']}")
     again = stream_reader(redis_url, "fails", maxItemsPerBatch=3, cleanSeconds=0)
     try:
-        again.latestOffset(end, None)  # restarted: Spark had written `end`
-        again.lessee().settle()
-        assert all(real_db.get(f"fails:item:f{n}") is None for n in range(3))
+        # Restarted from the last offset Spark recorded as written, which names the batch whose
+        # completion failed: both batches are completed from their records.
+        assert again.latestOffset(nxt, None) == nxt  # nothing new to lease
+        assert queue.stats(real_db) == QueueStats(0, 0, 0, 0, 0)
+        assert not real_db.exists(f"fails:spark:batch:{end['batch']}")
     finally:
         again.stop()
+
+
+@spark_test
+def test_the_last_batch_s_failed_completion_fails_the_call_that_leases_nothing(
+    redis_url: str, real_db: redis.Redis
+) -> None:
+    require(java=False)
+    queue = WorkQueue(KeyPrefix("last"))
+    queue.add_items(real_db, [Item(f"d{n}", id=f"l{n}") for n in range(2)])
+    reader = stream_reader(redis_url, "last", cleanSeconds=0)
+    try:
+        end = reader.latestOffset(reader.initialOffset(), None)
+        real_db.set("last:counts", "not a hash")
+        # Nothing more to lease (availableNow's last call, or an idle query): the call waits for
+        # the completion and fails with it.
+        with pytest.raises(WrongKeyTypeError, match="last:counts"):
+            reader.latestOffset(end, None)
+        real_db.delete("last:counts")
+    finally:
+        reader.stop()
 
 
 @spark_test

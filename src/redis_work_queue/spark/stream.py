@@ -16,11 +16,11 @@ A batch is at most ``maxItemsPerBatch`` items (``getDefaultReadLimit``: Spark's 
 control, which may ask for fewer), and leasing stops once it holds ``maxBytesPerBatch`` of data.
 ``partitions(start, end)`` splits the batch's ids over ``numPartitions`` tasks. The driver has
 the items' data from the lease: a batch of up to 64 MB of data travels with its partitions, column
-by column (with the items' failure reasons, read by the driver in one round trip, when the read
-asks for them); a bigger one is read by the tasks in pages (one read-only script call per page,
-``lua/snapshot.lua``). Every task emits Arrow record batches. A batch that Spark replays after a
-restart from its checkpoint is read from its record in Redis: it yields the same items (less any
-completed since).
+by column (with the items' failure reasons, read by the driver in at most two round trips, when
+the read asks for them); a bigger one is read by the tasks in pages (one read-only script call
+per page, ``lua/snapshot.lua``). Every task emits Arrow record batches. A batch that Spark
+replays after a restart from its checkpoint is read from its record in Redis: it yields the same
+items (less any completed since).
 
 **Offsets say something:** ``{"queue", "batch", "items", "leased"}``, the last the items the
 query has leased so far. ``reportLatestOffset`` gives Spark's progress the queue's backlog:
@@ -36,8 +36,9 @@ item only while its lease is still the one the batch took: completing twice, or 
 removes an item that another worker leased since, nor one added again under the same id. A
 batch this driver leased is completed by a background thread, beside the next batch's lease and
 Spark's work on it; one batch at a time is completed so, and the first call from Spark after a
-failed completion raises its error, so the query fails (and its restart completes the batch from
-its record).
+failed completion raises its error, so the query fails. The offset of the batch leased beside
+the completion names the batch being completed (``completing``), so a restart from either offset
+completes that batch from its record, if the completion did not end.
 
 **Leases are renewed** by a thread of the driver's reader every ``renewSeconds`` (a third of the
 lease), from the moment they are taken until their batch is completed, so a slow batch keeps its
@@ -236,18 +237,23 @@ class Lessee:
             self.settle()  # raises what the completion of the last batch raised
         if start is None:
             start = self.last
-        if start is not None:
-            self.finish(start)
+        behind = self.finish(start) if start is not None else None
         self._clean()
         items = self._lease(self._allowance(limit))
         so_far = int((start or {}).get("leased", 0))
         if items:
             offset = self._record(items)
             offset["leased"] = so_far + len(items)
-        elif start is None:
-            offset = {**self.initial(), "batch": new_id()}
-        else:
-            offset = start
+            if behind:
+                # Should that completion fail, the query fails at Spark's next call, and a
+                # restart from this offset completes that batch from its record.
+                offset["completing"] = behind
+            self.last = offset
+            return offset
+        # Nothing to lease, nothing to overlap: wait for the completion, so that a failure
+        # fails the query now (with availableNow, this is its last call).
+        self.settle()
+        offset = {**self.initial(), "batch": new_id()} if start is None else start
         self.last = offset
         return offset
 
@@ -272,8 +278,9 @@ class Lessee:
         """Lease up to ``count`` items, and up to about ``maxBytesPerBatch`` of data.
 
         Leases in steps that double from one item up to :data:`LEASE_STEP`, each also cut to
-        what the mean size of the items leased so far leaves room for, so that a batch of
-        large items overshoots the byte limit by about one item.
+        what the mean size of the items leased so far leaves room for: a batch of items of
+        like sizes overshoots the byte limit by about one item, one whose items grow much
+        larger part-way by up to one step.
         """
         items: list[Item] = []
         size = 0
@@ -467,34 +474,50 @@ class Lessee:
 
     # Completing -------------------------------------------------------------------------------
 
-    def finish(self, offset: dict[str, Any]) -> None:
+    def finish(self, offset: dict[str, Any]) -> str | None:
         """Complete the items of the batch named by ``offset`` that it still holds.
 
         A batch this driver leased is completed by a background thread, so that its round trips
         overlap the next batch's lease and Spark's work on it; :meth:`settle` waits for it and
         raises what it raised (the next completion settles first, and :meth:`latest` settles a
-        finished one). A batch known only from its record (a restart) is completed before this
-        returns: it may have to take given-back items back first, ahead of the next lease.
+        finished one). The offset of the batch leased meanwhile names the batch being completed
+        (``completing``): a restart from that offset completes that batch too, from its record,
+        when the completion did not end. A batch known only from its record (a restart) is
+        completed before this returns: it may have to take given-back items back first, ahead
+        of the next lease.
+
+        Returns:
+            The batch being completed in the background, if any.
         """
+        behind = str(offset.get("completing") or "")
+        if behind and behind not in self.done:
+            self._remember(behind)  # a restart: its completion may not have ended
+            self._complete(behind, None, True)
         batch = str(offset.get("batch") or "")
         if not batch or batch in self.done:
-            return
+            return None
         self.settle()
-        with self.lock:
-            held = self.batches.pop(batch, None)
-            self.held.pop(batch, None)
-            self.data.pop(batch, None)
-        self._remember(batch)
-        if held is None:
-            self._complete(batch, None, bool(offset.get("items")))
-            return
-        self.completing = threading.Thread(
-            target=self._complete_in_background,
-            args=(batch, held),
-            name=f"complete a batch of {self.options.where.queue}",
-            daemon=True,
-        )
-        self.completing.start()
+        with self.closing:
+            if self.closed:
+                # Stopping: the items were given back, and the record marked so; a restart
+                # takes them back and completes them.
+                return None
+            with self.lock:
+                held = self.batches.pop(batch, None)
+                self.held.pop(batch, None)
+                self.data.pop(batch, None)
+            self._remember(batch)
+            if held is None:
+                self._complete(batch, None, bool(offset.get("items")))
+                return None
+            self.completing = threading.Thread(
+                target=self._complete_in_background,
+                args=(batch, held),
+                name=f"complete a batch of {self.options.where.queue}",
+                daemon=True,
+            )
+            self.completing.start()
+        return batch
 
     def settle(self) -> None:
         """Wait for the batch being completed in the background; raise what that raised."""
@@ -616,8 +639,8 @@ class Lessee:
                 self.settle()  # what is being completed is not given back
             except Exception:
                 logger.warning(
-                    "completing a batch of %s failed; its items are delivered again when their "
-                    "leases expire",
+                    "completing a batch of %s failed; a restart from the checkpoint completes "
+                    "it, else its items are delivered again when their leases expire",
                     self.queue.name.prefix,
                     exc_info=True,
                 )
