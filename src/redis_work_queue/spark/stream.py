@@ -534,6 +534,8 @@ class Lessee:
             self.done.popitem(last=False)
 
     def _complete_in_background(self, batch: str, held: list[Held]) -> None:
+        # SIGTERM goes to the main thread, whose blocking read it interrupts (see _on_terminate).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self._complete(batch, held, True)
         except BaseException as err:  # raised by the next call that settles
