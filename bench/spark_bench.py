@@ -116,6 +116,21 @@ def drained(db: redis.Redis, queue: WorkQueue) -> bool:
     return stats.queued == stats.leased == stats.expired == 0
 
 
+def start_drain(
+    spark: Any, url: str, queue: WorkQueue, batch: int | None, partitions: int, checkpoint: str
+) -> Any:
+    """Start a streaming read of ``queue`` into a no-op sink (``batch``: maxItemsPerBatch)."""
+    reader = (
+        spark.readStream.format(NAME)
+        .option("url", url)
+        .option("queue", queue.name.prefix)
+        .option("numPartitions", partitions)
+    )
+    if batch is not None:
+        reader = reader.option("maxItemsPerBatch", batch)
+    return reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint).start()
+
+
 def spark_drain(
     spark: Any, db: redis.Redis, url: str, queue: WorkQueue, batch: int | None, partitions: int
 ) -> tuple[float, list[tuple[int, int]]]:
@@ -123,20 +138,7 @@ def spark_drain(
     checkpoint = tempfile.mkdtemp(prefix="rwq-spark-bench-checkpoint-")
     try:
         start = time.perf_counter()
-        reader = (
-            spark.readStream.format(NAME)
-            .option("url", url)
-            .option("queue", queue.name.prefix)
-            .option("numPartitions", partitions)
-        )
-        if batch is not None:
-            reader = reader.option("maxItemsPerBatch", batch)
-        query = (
-            reader.load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .start()
-        )
+        query = start_drain(spark, url, queue, batch, partitions, checkpoint)
         try:
             while not drained(db, queue):
                 if query.exception() is not None:
@@ -205,21 +207,8 @@ def running_drain(
     """
     checkpoint = tempfile.mkdtemp(prefix="rwq-spark-bench-checkpoint-")
     try:
-        reader = (
-            spark.readStream.format(NAME)
-            .option("url", url)
-            .option("queue", queue.name.prefix)
-            .option("numPartitions", partitions)
-        )
-        if batch is not None:
-            reader = reader.option("maxItemsPerBatch", batch)
         begun = time.perf_counter()
-        query = (
-            reader.load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .start()
-        )
+        query = start_drain(spark, url, queue, batch, partitions, checkpoint)
         try:
             started = None
             for warm in range(3):
