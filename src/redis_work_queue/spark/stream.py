@@ -202,6 +202,8 @@ class Lessee:
         self.stopping = threading.Event()
         #: Set when Spark ends the source's process (SIGTERM): give back, then exit.
         self.terminated = threading.Event()
+        #: Set by the first SIGTERM's handler, before it takes any lock.
+        self.terminating = False
         self.closing = threading.Lock()
         self.closed = False
         self.renewer = threading.Thread(
@@ -620,7 +622,14 @@ class Lessee:
         handler only wakes the renewing thread, which gives the items back (as :meth:`close`)
         and ends the process; it runs in the main thread, which may hold :attr:`lock`. An alarm
         ends the process after :data:`GIVE_BACK_SECS` if Redis does not answer.
+
+        Spark sends SIGTERM twice in a row. Only the first is acted on: a second handler run,
+        nested in the first while it holds an event's lock to set it, would wait for that lock
+        for ever, and the renewing thread, never woken, would give nothing back.
         """
+        if self.terminating:
+            return
+        self.terminating = True
         signal.alarm(GIVE_BACK_SECS)
         self.terminated.set()
         self.stopping.set()
