@@ -11,7 +11,8 @@ Rows:
 * ``single``: add / lease / complete one item per call (in rounds of ROUND items, so the
   processing list stays short), ours against a minimal script doing the same writes (SET +
   LPUSH; RPOPLPUSH + GET + SET PX; DEL + LREM + DEL), an empty script, and variants of ours
-  (the include preamble alone) to show what costs what.
+  (the includes alone, as sent with the script and with every definition kept) to show what
+  costs what.
 * ``batch``: lease_many + complete_many and add_items at BATCH items per call, against minimal
   batch scripts, in server time per item and in client items per second.
 * ``complete_list``: complete's server time per call with a long processing list (5k stuck
@@ -152,13 +153,19 @@ def redis_server(binary: str) -> Iterator[redis.Redis]:
 # Measuring -------------------------------------------------------------------------------------
 
 
+#: Commands counted as the client's own, not as commands a script ran.
+_OUTER = {"cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat", "cmdstat_info"}
+
+
 class Meter:
-    """Server time (µs) and calls of EVALSHA, summed over the phases measured."""
+    """Server time (µs) and calls of EVALSHA, and the commands those calls ran, summed over the
+    phases measured."""
 
     def __init__(self, db: redis.Redis) -> None:
         self.db = db
         self.usec = 0
         self.calls = 0
+        self.inner = 0
         self.wall = 0.0
 
     def measure(self, phase: Callable[[], Any]) -> Any:
@@ -166,14 +173,20 @@ class Meter:
         start = time.perf_counter()
         out = phase()
         self.wall += time.perf_counter() - start
-        stats = self.db.info("commandstats").get("cmdstat_evalsha", {})
-        self.usec += int(stats.get("usec", 0))
-        self.calls += int(stats.get("calls", 0))
+        stats = self.db.info("commandstats")
+        evalsha = stats.get("cmdstat_evalsha", {})
+        self.usec += int(evalsha.get("usec", 0))
+        self.calls += int(evalsha.get("calls", 0))
+        self.inner += sum(int(v["calls"]) for k, v in stats.items() if k not in _OUTER)
         return out
 
     @property
     def per_call(self) -> float:
         return self.usec / max(self.calls, 1)
+
+    @property
+    def commands_per_call(self) -> float:
+        return self.inner / max(self.calls, 1)
 
 
 def loaded(db: redis.Redis, source: str) -> Callable[..., Any]:
@@ -196,15 +209,16 @@ def single(db: redis.Redis, rounds: int) -> dict[str, float]:
     mins["complete"] = loaded(db, COMPLETE_MIN)
     empty = loaded(db, EMPTY)
     preamble = {
-        name: loaded(db, loader.assemble_text(_includes(name) + "\nreturn 1\n", name).text)
+        f"{kind}_{name}": loaded(db, _preamble(name, keep_unused=kind == "all"))
         for name in ("add", "lease", "complete")
+        for kind in ("kept", "all")
     }
     meters = {
         f"{who}_{op}": Meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
     }
     meters["empty"] = Meter(db)
-    for op in preamble:
-        meters[f"preamble_{op}"] = Meter(db)
+    for kind_op in preamble:
+        meters[f"preamble_{kind_op}"] = Meter(db)
     sk, sa = keys.script_keys, keys.script_args
 
     def one_round(ids: list[str]) -> None:
@@ -221,17 +235,26 @@ def single(db: redis.Redis, rounds: int) -> dict[str, float]:
         )
         meters["min_complete"].measure(lambda: [mins["complete"](sk, (*sa, g[0])) for g in got])
         meters["empty"].measure(lambda: [empty(sk, sa) for _ in ids])
-        for op, script in preamble.items():
-            meters[f"preamble_{op}"].measure(lambda s=script: [s(sk, sa) for _ in ids])
+        for kind_op, script in preamble.items():
+            meters[f"preamble_{kind_op}"].measure(lambda s=script: [s(sk, sa) for _ in ids])
 
     for r in range(rounds):
         one_round([f"i{r * ROUND + k}" for k in range(ROUND)])
-    return {name: m.per_call for name, m in meters.items()}
+    out = {name: m.per_call for name, m in meters.items()}
+    out.update({f"{name}_commands": m.commands_per_call for name, m in meters.items()})
+    return out
 
 
-def _includes(name: str) -> str:
-    source = loader.read(loader.lua_dir() / f"{name}.lua")
-    return "\n".join(line for line in source.splitlines() if line.startswith("--#include"))
+def _preamble(name: str, keep_unused: bool) -> str:
+    """The script's includes as sent with it (the definitions it uses) or with every definition
+    of every include (``keep_unused``), followed by ``return 1`` instead of the script's code."""
+    assembled = loader.assemble(name, keep_unused=keep_unused)
+    own = f"lua/{name}.lua"
+    lines = [
+        "" if label == own else line
+        for line, (label, _) in zip(assembled.text.split("\n"), assembled.origins, strict=False)
+    ]
+    return "\n".join(lines) + "\nreturn 1\n"
 
 
 def batch(db: redis.Redis, rounds: int) -> dict[str, float]:
@@ -342,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {op:9s} ours {s[f'ours_{op}']:6.1f}  minimal {s[f'min_{op}']:6.1f}  "
                     f"ratio {ratio:4.2f} (target <= {TARGETS[op]})  "
-                    f"include preamble alone {s[f'preamble_{op}']:5.1f}"
+                    f"includes alone, as sent {s[f'preamble_kept_{op}']:5.1f} "
+                    f"(every definition {s[f'preamble_all_{op}']:5.1f}); commands run per call "
+                    f"ours {s[f'ours_{op}_commands']:4.1f} minimal {s[f'min_{op}_commands']:4.1f}"
                 )
                 if ratio > TARGETS[op]:
                     missed.append(f"{op} {ratio:.2f}")

@@ -58,8 +58,20 @@ for i = 1, NQ do
   end
   promote(q, now, BUDGET)
   while #out < wanted and budget > 0 do
-    -- The oldest ids (at the tail), and their data, in one read each.
-    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), -1)
+    -- The oldest ids (at the tail), oldest first, and their data, in one call each. With a limit
+    -- on deliveries the ids are read before they are taken, so that their dead letters are
+    -- checked first.
+    local n = math.min(wanted - #out, budget)
+    local ids
+    if max > 0 then
+      local tail = redis.call('LRANGE', q.queue, -n, -1)
+      ids = {}
+      for j = #tail, 1, -1 do
+        ids[#ids + 1] = tail[j]
+      end
+    else
+      ids = redis.call('RPOP', q.queue, n) or {}
+    end
     if #ids == 0 then
       break
     end
@@ -68,25 +80,45 @@ for i = 1, NQ do
       keys[j] = q.item .. id
     end
     local data = redis.call('MGET', unpack(keys))
-    if max > 0 then
-      check_types(bury_keys(q, ids, redis.call('HMGET', q.deliveries, unpack(ids)), max))
+    -- The delivery counts, read in one call when there are several ids or a limit to check; the
+    -- new counts of the ids handed out are then written in one call too. An id taken twice in
+    -- one chunk is handed out once: its second copy meets its new lease, or, handed out at most
+    -- once, is dropped as an item that is gone.
+    local seen
+    if max > 0 or #ids > 1 then
+      seen = redis.call('HMGET', q.deliveries, unpack(ids))
+      if max > 0 then
+        check_types(bury_keys(q, ids, seen, max))
+      end
     end
-    redis.call('RPOP', q.queue, #ids)
-    local taken_ids = {}
-    for j = #ids, 1, -1 do
-      local taken, leased = take(q, ids[j], data[j], ms, token, max, once, now)
+    if max > 0 then
+      redis.call('RPOP', q.queue, #ids)
+    end
+    local taken_ids, counts, handed = {}, {}, {}
+    for j = 1, #ids do
+      local id, value = ids[j], data[j]
+      if once and handed[id] then
+        value = false
+      end
+      local taken, leased = take(q, id, value, ms, token, max, once, now, seen and seen[j])
       if leased then
-        watch(q, ids[j])
+        watch(q, id)
       end
       if taken then
         out[#out + 1] = taken
-        taken_ids[#taken_ids + 1] = ids[j]
+        handed[id] = true
+        taken_ids[#taken_ids + 1] = id
+        counts[#counts + 1] = id
+        counts[#counts + 1] = taken[4]
       else
         budget = budget - 1
       end
     end
     if not once and #taken_ids > 0 then
       redis.call('LPUSH', q.processing, unpack(taken_ids))
+      if seen then
+        redis.call('HSET', q.deliveries, unpack(counts))
+      end
     end
   end
   if #out >= wanted then

@@ -193,3 +193,18 @@ def test_sigkilled_worker_never_gets_its_item_redelivered(
     assert sorted(seen) == others
     never_again(db, queue)
     assert keys_under(db, f"{P}:") == set()
+
+
+def test_an_id_queued_twice_is_handed_out_once_in_one_batch(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    # A client of another implementation can leave an id on the main queue twice; both copies
+    # fall in one batch's chunk, and the second meets an item already handed out and removed.
+    queue.add_item(db, Item(b"d", id="a"))
+    queue.add_item(db, Item(b"e", id="b"))
+    db.lpush(f"{P}:queue", "a")
+    items = queue.lease_many(db, 30, 10, block=False, at_most_once=True)
+    assert sorted(item.id() for item in items) == ["a", "b"]
+    assert all(item.deliveries == 1 for item in items)
+    assert keys_under(db, f"{P}:") == set()
+    never_again(db, queue)

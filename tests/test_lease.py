@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import dump_state, get, keys_left, lrange, wait_for
+from helpers import b, dump_state, get, keys_left, lrange, wait_for
 from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue, protocol
 from redis_work_queue.ops import LEASE_BUDGET
@@ -121,6 +121,22 @@ def test_stray_copy_of_a_leased_item_is_dropped(db: redis.Redis, queue: WorkQueu
     assert queue.lease(db, 30, block=False) is None
     assert get(db, "lease:lease:x") == held.lease_token.encode()  # the lease is untouched
     assert lrange(db, "lease:processing") == [b"x"]
+    assert queue.queue_len(db) == 0
+
+
+def test_a_batch_counts_each_delivery_once(db: redis.Redis, queue: WorkQueue) -> None:
+    """A batch reads its ids' delivery counts and writes the new ones in one call each: counts
+    carried over from earlier deliveries go up by one, and an id met twice in the batch (a
+    stray copy) is handed out and counted once."""
+    queue.add_items(db, [Item(b"d", id=i) for i in ("a", "b", "c")])
+    first = queue.lease_many(db, 30, 2, block=False)
+    assert [(i.id(), i.deliveries) for i in first] == [("a", 1), ("b", 1)]
+    assert all(queue.release(db, i) for i in first)
+    db.lpush("lease:queue", "c")
+    again = queue.lease_many(db, 30, 10, block=False)
+    assert sorted((i.id(), i.deliveries) for i in again) == [("a", 2), ("b", 2), ("c", 1)]
+    counts = {b(k): b(v) for k, v in db.hgetall("lease:deliveries").items()}
+    assert counts == {b"a": b"2", b"b": b"2", b"c": b"1"}
     assert queue.queue_len(db) == 0
 
 

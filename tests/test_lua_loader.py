@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redis_work_queue import lualint, scripts
+from redis_work_queue import Item, KeyPrefix, WorkQueue, lualint, scripts
 from redis_work_queue.errors import LuaSourceError, ScriptError, WrongKeyTypeError
 from redis_work_queue.loader import assemble, assemble_text, locate, lua_dir, parse, script_names
 
@@ -26,6 +26,11 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (lua / name).write_text(text, "utf-8")
     return lua
+
+
+def read_label(label: str) -> str:
+    """The text of a package Lua file named by its label (``lua/include/take.lua``)."""
+    return (lua_dir().joinpath(*label.split("/")[1:])).read_text("utf-8")
 
 
 def _body(name: str) -> str:
@@ -47,10 +52,16 @@ def test_every_script_loads_on_a_real_server_with_each_include_once(real_db: red
         text = script.script.decode()
         assert not [line for line in text.splitlines() if line.lstrip().startswith("--#")], name
         assert real_db.script_load(text) == script.sha, name
-        expanded = assemble(name).includes
+        assembled = assemble(name)
+        expanded = assembled.includes
         assert len(expanded) == len(set(expanded)), name
         for include in includes:
-            assert text.count(_body(include)) == (include in expanded), (name, include)
+            # Each include's header (its first line) once; its unused definitions blanked.
+            header = _body(include).split("\n", 1)[0]
+            assert text.count(header) == (include in expanded), (name, include)
+        sources = {label: parse(read_label(label), label).lines for label, _ in assembled.origins}
+        for line, (label, number) in zip(text.split("\n"), assembled.origins, strict=False):
+            assert line in ("", dict(sources[label])[number]), (name, label, number)
 
 
 def test_includes_are_resolved_recursively_dependencies_first() -> None:
@@ -244,6 +255,72 @@ def test_a_shared_include_is_expanded_once_before_its_users(tmp_path: Path) -> N
     assert assembled.origin(4) == "lua/include/b.lua:3"
     assert assembled.origin(8) == "lua/s.lua:4"
     assert assembled.origin(9) is None
+
+
+def test_an_include_s_definitions_the_script_does_not_use_are_left_out(tmp_path: Path) -> None:
+    lua = _write(
+        tmp_path,
+        {
+            "s.lua": "-- s\n--#include a.lua\nreturn used(ARGV[1])\n",
+            "include/a.lua": (
+                "-- a\n"
+                "local STEP = 2\n"
+                "local function helper(x)\n"
+                "  return x * STEP\n"
+                "end\n"
+                "local function used(x)\n"
+                "  return helper(x) + 1 -- not unused(x)\n"
+                "end\n"
+                "local function unused(x)\n"
+                "  return x\n"
+                "end\n"
+                "local CLOCK = redis.call('TIME')\n"
+                "local TABLE = {\n"
+                "  a = 1,\n"
+                "}\n"
+                "local LATE = 3\n"
+            ),
+        },
+    )
+    assembled = assemble("s", lua)
+    lines = assembled.text.split("\n")
+    assert lines[:8] == [
+        "-- a",
+        "local STEP = 2",
+        "local function helper(x)",
+        "  return x * STEP",
+        "end",
+        "local function used(x)",
+        "  return helper(x) + 1 -- not unused(x)",
+        "end",
+    ]
+    # Left out as blank lines, so every later line keeps its place and its origin.
+    assert lines[8:16] == [""] * 8
+    assert lines[16:18] == ["-- s", "return used(ARGV[1])"]
+    assert assembled.origin(18) == "lua/s.lua:3"
+    assert assemble("s", lua, keep_unused=True).text.count("local") == 7
+
+
+def test_a_clean_s_clock_is_read_only_by_the_scripts_that_use_it() -> None:
+    # hold.lua's clock calls TIME when it is defined: only the clean steps that size themselves
+    # by it keep it; the lease script, which includes hold.lua for is_hold alone, leaves it out.
+    assert "local STARTED = micros()" not in assemble("lease").text
+    assert "is_hold" in assemble("lease").text
+    for name in ("deep_clean", "deep_clean_walk", "light_clean"):
+        assert "local STARTED = micros()" in assemble(name).text, name
+
+
+def test_a_lease_reads_the_server_s_clock_once(real_db: redis.Redis) -> None:
+    queue = WorkQueue(KeyPrefix("loader:clock"))
+    queue.add_item(real_db, Item(b"x", id="a"))
+
+    def time_calls() -> int:
+        stats: dict[str, dict[str, int]] = real_db.info("commandstats")
+        return stats.get("cmdstat_time", {}).get("calls", 0)
+
+    before = time_calls()
+    assert queue.lease(real_db, 30, block=False) is not None
+    assert time_calls() - before == 1
 
 
 # Errors from the server name the file and line ----------------------------------------------

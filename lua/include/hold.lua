@@ -21,7 +21,8 @@ local function micros()
 end
 
 -- The server time this call has held Redis so far, in microseconds: each clean step returns it,
--- and the client sizes the next step from it.
+-- and the client sizes the next step from it. (A script that does not use elapsed is sent
+-- without STARTED, so it reads no clock for it: see loader.py.)
 local STARTED = micros()
 local function elapsed()
   return micros() - STARTED

@@ -43,8 +43,11 @@ end
 -- a copy of a leased item (then nil, true: see stray.lua), or has been delivered max times (it
 -- is then buried). With once,
 -- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the
--- lease value token@now.
-local function take(q, id, data, ms, token, max, once, now)
+-- lease value token@now. seen, when given, is the id's delivery count read from P:deliveries
+-- (HMGET: false for none) before any id of the call was taken: the new count is not written
+-- then, and the caller writes those of the ids handed out (see lease.lua); else it is counted
+-- here.
+local function take(q, id, data, ms, token, max, once, now, seen)
   if not data then
     forget(q, id)
     return nil
@@ -55,11 +58,14 @@ local function take(q, id, data, ms, token, max, once, now)
     if redis.call('EXISTS', lease) == 1 then
       return nil, true
     end
+  elseif not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
+    return nil, true
+  end
+  if seen ~= nil then
+    n = tonumber(seen or '0') + 1
+  elseif once then
     n = delivered(q, id) + 1
   else
-    if not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
-      return nil, true
-    end
     n = redis.call('HINCRBY', q.deliveries, id, 1)
   end
   if max > 0 and n > max then

@@ -9,7 +9,8 @@
 local WAKE_TOKENS = 16
 
 local function wake(q, n)
-  local left = redis.call('PTTL', q.waiting)
+  -- check_wake's reading, when nothing of this call has changed the waiting set since.
+  local left = rawget(q, 'waiting_pttl') or redis.call('PTTL', q.waiting)
   if left ~= -2 then
     for _ = 1, math.min(n or 1, WAKE_TOKENS) do
       redis.call('LPUSH', q.wake, '1')
@@ -26,6 +27,7 @@ end
 -- registration, so that workers killed while waiting leave nothing behind. The caller checks
 -- the waiting set beforehand.
 local function join(q, waiter, now, ms)
+  q.waiting_pttl = nil
   redis.call('ZADD', q.waiting, now + ms, waiter)
   if redis.call('PTTL', q.waiting) < ms then
     redis.call('PEXPIRE', q.waiting, ms)
@@ -46,11 +48,14 @@ local function drop_marker(q)
 end
 
 -- Check, before a script's first write, the key that wake writes: the wake list, which is pushed
--- only while a worker is registered.
+-- only while a worker is registered. The waiting set's time to live is kept in q for wake (join
+-- and leave, which change the set, drop it).
 local function check_wake(q)
-  if redis.call('EXISTS', q.waiting) == 1 then
+  local left = redis.call('PTTL', q.waiting)
+  if left ~= -2 then
     check_types('list', {q.wake})
   end
+  q.waiting_pttl = left
 end
 
 -- Push an id onto the main queue: at the back of the line, or (next) at the leasing end.
@@ -62,6 +67,7 @@ end
 -- A worker stops waiting (waiter may be ''); lapsed registrations go too, and the wake list goes
 -- with the last waiter.
 local function leave(q, waiter, now)
+  q.waiting_pttl = nil
   if waiter ~= '' then
     redis.call('ZREM', q.waiting, waiter)
   end

@@ -12,6 +12,13 @@ sent to Redis, for a missing or circular include (naming the chain that leads to
 any line starting with ``--#`` that is not exactly such a directive: a trailing space or
 carriage return, another verb, or a directive after the file's first line of code.
 
+A script runs every line of its includes on each call, so an include's top-level definitions
+(``local function name(...)`` and ``local NAME = ...``, each from its column-0 line through its
+indented lines and closing ``end``/``}``) that the script does not use, directly or through
+another definition it uses, are blanked out of the text sent: a script defines only what it
+uses (a ``TIME`` call made to set a constant no longer runs where that constant is unused). An
+include's top-level definitions must therefore have no effect but defining their name.
+
 The assembled text keeps a map from each of its lines to a file and line, so that an error raised
 by the server (``user_script:123``) also names where it comes from (``lua/include/take.lua:17``):
 see :func:`locate`.
@@ -148,8 +155,11 @@ class Assembled:
 _ASSEMBLED: dict[str, Assembled] = {}
 
 
-def assemble(name: str, root: Traversable | None = None) -> Assembled:
+def assemble(name: str, root: Traversable | None = None, *, keep_unused: bool = False) -> Assembled:
     """Assemble the script ``<root>/<name>.lua`` (``root``: the package's ``lua`` directory).
+
+    ``keep_unused`` keeps the includes' definitions the script does not use (the linter reads
+    them so; the text sent leaves them out).
 
     Raises:
         LuaSourceError: The script does not exist, or an include of it (at any depth) is
@@ -159,10 +169,12 @@ def assemble(name: str, root: Traversable | None = None) -> Assembled:
     file = root / f"{name}.lua"
     if not file.is_file():
         raise LuaSourceError(f"no script {root.name}/{name}.lua")
-    return assemble_text(read(file), name, root)
+    return assemble_text(read(file), name, root, keep_unused=keep_unused)
 
 
-def assemble_text(text: str, name: str, root: Traversable | None = None) -> Assembled:
+def assemble_text(
+    text: str, name: str, root: Traversable | None = None, *, keep_unused: bool = False
+) -> Assembled:
     """Assemble a script given as text, as if it were ``<root>/<name>.lua``.
 
     Raises:
@@ -191,11 +203,12 @@ def assemble_text(text: str, name: str, root: Traversable | None = None) -> Asse
 
     for include in script.includes:
         visit(include, ())
+    unused = set() if keep_unused else _unused(parts, script)
     lines: list[str] = []
     origins: list[tuple[str, int]] = []
-    for part in (*parts, script):
-        for number, line in part.lines:
-            lines.append(line)
+    for k, part in enumerate((*parts, script)):
+        for j, (number, line) in enumerate(part.lines):
+            lines.append("" if (k, j) in unused else line)
             origins.append((part.label, number))
     body = "\n".join(lines) + "\n"
     sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
@@ -203,6 +216,70 @@ def assemble_text(text: str, name: str, root: Traversable | None = None) -> Asse
     assembled = Assembled(name, body, tuple(origins), includes, sha)
     _ASSEMBLED[sha] = assembled
     return assembled
+
+
+#: A top-level definition that may be left out when unused: its name.
+_DEFINITION = re.compile(r"local (?:function )?([A-Za-z_][A-Za-z0-9_]*)\s*(?:=|\()")
+#: A line that closes the top-level statement above it.
+_CLOSER = re.compile(r"(?:end|\}|\))[),]*\s*$")
+#: A Lua comment to the end of its line (our scripts keep no ``--`` inside strings).
+_COMMENT = re.compile(r"--.*$", re.MULTILINE)
+
+
+def _definitions(part: LuaFile) -> list[tuple[str, int, int]]:
+    """Each single-name top-level definition of ``part``: (name, first, end) line indexes."""
+    found: list[tuple[str, int, int]] = []
+    lines = part.lines
+    i = 0
+    while i < len(lines):
+        match = _DEFINITION.match(lines[i][1])
+        if match is None:
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines):
+            line = lines[end][1]
+            if line[:1] in (" ", "\t"):
+                end += 1
+            elif _CLOSER.match(line):
+                end += 1
+                break
+            else:
+                break
+        found.append((match[1], i, end))
+        i = end
+    return found
+
+
+def _unused(parts: list[LuaFile], script: LuaFile) -> set[tuple[int, int]]:
+    """The (part index, line index) pairs of the includes' definitions the script never uses."""
+    defs = {
+        (k, first): (name, range(first, end))
+        for k, part in enumerate(parts)
+        for name, first, end in _definitions(part)
+    }
+    inside = {(k, j) for (k, _), (_, span) in defs.items() for j in span}
+
+    def names_in(text: str) -> set[str]:
+        return set(re.findall(r"(?<![\w.:])[A-Za-z_]\w*", _COMMENT.sub("", text)))
+
+    # What the script and the includes' other top-level code use, then what those definitions use.
+    used = names_in("\n".join(line for _, line in script.lines))
+    for k, part in enumerate(parts):
+        used |= names_in(
+            "\n".join(line for j, (_, line) in enumerate(part.lines) if (k, j) not in inside)
+        )
+    kept: set[tuple[int, int]] = set()
+    grew = True
+    while grew:
+        grew = False
+        for key, (name, span) in defs.items():
+            if key not in kept and name in used:
+                kept.add(key)
+                part = parts[key[0]]
+                used |= names_in("\n".join(part.lines[j][1] for j in span)) - {name}
+                grew = True
+    return {(key[0], j) for key, (_, span) in defs.items() if key not in kept for j in span}
 
 
 def locate(message: str) -> str:

@@ -95,7 +95,8 @@ def lint(
 ) -> list[LintWarning]:
     """Lint the Lua of ``root`` (the package's ``lua`` directory by default) with luacheck.
 
-    Two passes. Every script is linted as assembled (the text Redis runs), each warning placed
+    Two passes. Every script is linted as assembled (the text Redis runs, with its includes'
+    definitions it does not use kept in), each warning placed
     in the file and line it is about; an unused name in an include counts only when no script
     that includes it uses it. Then every file is linted alone, knowing only the names its own
     includes define: a name it uses from an include it does not declare is reported.
@@ -114,7 +115,7 @@ def lint(
     """
     root = lua_dir() if root is None else root
     names = script_names(root)
-    assembled = [assemble(name, root) for name in names]
+    assembled = [assemble(name, root, keep_unused=True) for name in names]
     labels = [f"{root.name}/{n}.lua" for n in names]
     files = [(root / f"{n}.lua", label) for n, label in zip(names, labels, strict=True)]
     includes = sorted(p.name for p in (root / "include").iterdir() if p.name.endswith(".lua"))
