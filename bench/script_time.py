@@ -29,7 +29,9 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -137,17 +139,63 @@ return out
 
 
 @contextlib.contextmanager
-def redis_server(binary: str) -> Iterator[redis.Redis]:
-    """A throw-away redis-server (no persistence; the tests' launcher) and a client of it."""
+def redis_server(binary: str) -> Iterator[tuple[redis.Redis, Callable[[redis.Redis], Meter]]]:
+    """A throw-away redis-server (no persistence; the tests' launcher), a client of it, and the
+    meter of its time."""
     os.environ[servers.BINARY_ENV] = binary
     with tempfile.TemporaryDirectory(prefix="script-time-") as base:
         server = servers.start_server(Path(base))
         db = redis.Redis(port=server.port)
         try:
-            yield db
+            yield db, Meter
         finally:
             db.close()
             server.stop()
+
+
+@contextlib.contextmanager
+def callgrind_server(
+    binary: str,
+) -> Iterator[tuple[redis.Redis, Callable[[redis.Redis], Meter]]]:
+    """A throw-away redis-server run by valgrind's callgrind, which counts the instructions the
+    server runs inside EVALSHA (``--toggle-collect=evalShaCommand``), a client of it, and the meter
+    of those instructions. Instruction counts repeat from run to run whatever else the machine
+    is doing; they are not time (a cache miss costs one instruction)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (Debian's valgrind package)")
+    with tempfile.TemporaryDirectory(prefix="script-instructions-") as base:
+        port = servers.free_port()
+        out = Path(base) / "callgrind.out"
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=evalShaCommand",
+            f"--callgrind-out-file={out}",
+            binary,
+            *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *("--dir", base),
+        ]
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        db = redis.Redis(port=port, socket_timeout=120)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    db.ping()
+                    break
+                except redis.ConnectionError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("redis-server did not start under valgrind") from None
+                    time.sleep(0.2)
+
+            def meter(db: redis.Redis) -> Meter:
+                return InstructionMeter(db, process.pid, out)
+
+            yield db, meter
+        finally:
+            db.close()
+            process.terminate()
+            process.wait(timeout=60)
 
 
 # Measuring -------------------------------------------------------------------------------------
@@ -158,35 +206,82 @@ _OUTER = {"cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat", "cmdsta
 
 
 class Meter:
-    """Server time (µs) and calls of EVALSHA, and the commands those calls ran, summed over the
-    phases measured."""
+    """The server's cost of EVALSHA (its time in µs, from ``INFO commandstats``), its calls and
+    the commands those calls ran, summed over the phases measured."""
 
     def __init__(self, db: redis.Redis) -> None:
         self.db = db
-        self.usec = 0
+        self.cost = 0
         self.calls = 0
         self.inner = 0
         self.wall = 0.0
 
     def measure(self, phase: Callable[[], Any]) -> Any:
         self.db.config_resetstat()
+        self.start()
         start = time.perf_counter()
         out = phase()
         self.wall += time.perf_counter() - start
         stats = self.db.info("commandstats")
         evalsha = stats.get("cmdstat_evalsha", {})
-        self.usec += int(evalsha.get("usec", 0))
+        self.cost += self.stop(evalsha)
         self.calls += int(evalsha.get("calls", 0))
         self.inner += sum(int(v["calls"]) for k, v in stats.items() if k not in _OUTER)
         return out
 
+    def start(self) -> None:
+        """Called as a phase starts (the server's own statistics are reset already)."""
+
+    def stop(self, evalsha: dict[str, Any]) -> int:
+        """The phase's cost, given the EVALSHA line of ``INFO commandstats``."""
+        return int(evalsha.get("usec", 0))
+
     @property
     def per_call(self) -> float:
-        return self.usec / max(self.calls, 1)
+        return self.cost / max(self.calls, 1)
 
     @property
     def commands_per_call(self) -> float:
         return self.inner / max(self.calls, 1)
+
+
+class InstructionMeter(Meter):
+    """The instructions the server ran inside EVALSHA (see :func:`callgrind_server`)."""
+
+    def __init__(self, db: redis.Redis, pid: int, out: Path) -> None:
+        super().__init__(db)
+        self.pid, self.out = pid, out
+
+    def _control(self, option: str) -> None:
+        done = subprocess.run(
+            ["callgrind_control", option, str(self.pid)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"callgrind_control {option}: {done.stderr.strip()}")
+
+    def start(self) -> None:
+        self._control("--zero")
+
+    def stop(self, evalsha: dict[str, Any]) -> int:
+        before = set(self.out.parent.glob(self.out.name + ".*"))
+        self._control("--dump")
+        deadline = time.monotonic() + 30
+        while True:
+            new = set(self.out.parent.glob(self.out.name + ".*")) - before
+            text = new and next(iter(new)).read_text()
+            found = text and _TOTALS.search(text)
+            if found:
+                return int(found[1])
+            if time.monotonic() > deadline:
+                raise RuntimeError("callgrind wrote no counts")
+            time.sleep(0.05)
+
+
+#: The instruction count of a callgrind dump.
+_TOTALS = re.compile(r"^(?:totals|summary): (\d+)", re.MULTILINE)
 
 
 def loaded(db: redis.Redis, source: str) -> Callable[..., Any]:
@@ -201,8 +296,10 @@ def loaded(db: redis.Redis, source: str) -> Callable[..., Any]:
 # Rows ------------------------------------------------------------------------------------------
 
 
-def single(db: redis.Redis, rounds: int) -> dict[str, float]:
-    """Server µs per call of ours, the minimal scripts, the empty script and the preambles."""
+def single(
+    db: redis.Redis, rounds: int, meter: Callable[[redis.Redis], Meter] = Meter
+) -> dict[str, float]:
+    """Server cost per call of ours, the minimal scripts, the empty script and the preambles."""
     keys = QueueKeys(KeyPrefix(PREFIX))
     queue = WorkQueue(KeyPrefix(PREFIX))
     mins = {n: loaded(db, s) for n, s in (("add", ADD_MIN), ("lease", LEASE_MIN))}
@@ -214,11 +311,11 @@ def single(db: redis.Redis, rounds: int) -> dict[str, float]:
         for kind in ("kept", "all")
     }
     meters = {
-        f"{who}_{op}": Meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
+        f"{who}_{op}": meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
     }
-    meters["empty"] = Meter(db)
+    meters["empty"] = meter(db)
     for kind_op in preamble:
-        meters[f"preamble_{kind_op}"] = Meter(db)
+        meters[f"preamble_{kind_op}"] = meter(db)
     sk, sa = keys.script_keys, keys.script_args
 
     def one_round(ids: list[str]) -> None:
@@ -257,14 +354,16 @@ def _preamble(name: str, keep_unused: bool) -> str:
     return "\n".join(lines) + "\nreturn 1\n"
 
 
-def batch(db: redis.Redis, rounds: int) -> dict[str, float]:
-    """Per item: server µs and client items/s of ours and the minimal batch scripts."""
+def batch(
+    db: redis.Redis, rounds: int, meter: Callable[[redis.Redis], Meter] = Meter
+) -> dict[str, float]:
+    """Per item: server cost and client items/s of ours and the minimal batch scripts."""
     keys = QueueKeys(KeyPrefix(PREFIX))
     queue = WorkQueue(KeyPrefix(PREFIX))
     add_min, lease_min = loaded(db, ADD_MANY_MIN), loaded(db, LEASE_MANY_MIN)
     complete_min = loaded(db, COMPLETE_MANY_MIN)
     sk, sa = keys.script_keys, keys.script_args
-    m = {k: Meter(db) for k in ("ours_add", "min_add", "ours_cycle", "min_cycle")}
+    m = {k: meter(db) for k in ("ours_add", "min_add", "ours_cycle", "min_cycle")}
     items_total = 0
     for r in range(rounds):
         db.flushall()
@@ -298,14 +397,16 @@ def batch(db: redis.Redis, rounds: int) -> dict[str, float]:
 
         m["min_cycle"].measure(min_cycle)
     out: dict[str, float] = {}
-    for name, meter in m.items():
-        out[f"{name}_usec_per_item"] = meter.usec / items_total
-        out[f"{name}_items_per_s"] = items_total / meter.wall
+    for name, each in m.items():
+        out[f"{name}_cost_per_item"] = each.cost / items_total
+        out[f"{name}_items_per_s"] = items_total / each.wall
     return out
 
 
-def complete_list(db: redis.Redis, n: int) -> dict[str, float]:
-    """Server µs per complete call, with the processing list in several shapes."""
+def complete_list(
+    db: redis.Redis, n: int, meter: Callable[[redis.Redis], Meter] = Meter
+) -> dict[str, float]:
+    """Server cost per complete call, with the processing list in several shapes."""
     queue = WorkQueue(KeyPrefix(PREFIX))
     out: dict[str, float] = {}
 
@@ -321,14 +422,14 @@ def complete_list(db: redis.Redis, n: int) -> dict[str, float]:
             random.Random(7).shuffle(done)
         elif order == "lifo":
             done.reverse()
-        meter = Meter(db)
-        meter.measure(lambda: [queue.complete(db, it) for it in done])
-        out[name] = meter.per_call
+        phase_meter = meter(db)
+        phase_meter.measure(lambda: [queue.complete(db, it) for it in done])
+        out[name] = phase_meter.per_call
 
     # The same completions with a near-empty list: ROUND leased at a time, completed in order.
     db.flushall()
     queue.add_items(db, [Item(DATA, id=f"e{k}") for k in range(n)])
-    empty = Meter(db)
+    empty = meter(db)
     for _ in range(0, n, ROUND):
         few = queue.lease_many(db, 300, ROUND, block=False)
         empty.measure(lambda f=few: [queue.complete(db, it) for it in f])
@@ -350,47 +451,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer calls")
     parser.add_argument("--only", nargs="+", choices=("single", "batch", "complete_list"))
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the server's instructions per call under valgrind's callgrind instead of "
+        "timing it (the same from run to run on a busy machine; slower)",
+    )
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args(argv)
     rows = args.only or ["single", "batch", "complete_list"]
     missed: list[str] = []
-    with redis_server(args.redis_server) as db:
+    server = callgrind_server if args.instructions else redis_server
+    unit = "instructions" if args.instructions else "µs"
+
+    def fig(value: float) -> str:
+        return f"{value:8.0f}" if args.instructions else f"{value:6.1f}"
+
+    with server(args.redis_server) as (db, meter):
         version = db.info("server")["redis_version"]
-        print(f"redis {version}; server time per call from INFO commandstats (usec_per_call)")
+        how = "callgrind, inside EVALSHA" if args.instructions else "INFO commandstats"
+        print(f"redis {version}; server {unit} per call ({how})")
         if "single" in rows:
-            s = single(db, 10 if args.quick else 40)
-            print("\nsingle item per call, µs per call (ours / minimal same-layout script):")
+            s = single(db, (2 if args.instructions else 10) if args.quick else 40, meter)
+            print(f"\nsingle item per call, {unit} per call (ours / minimal same-layout script):")
             for op in ("add", "lease", "complete"):
                 ratio = s[f"ours_{op}"] / s[f"min_{op}"]
                 print(
-                    f"  {op:9s} ours {s[f'ours_{op}']:6.1f}  minimal {s[f'min_{op}']:6.1f}  "
+                    f"  {op:9s} ours {fig(s[f'ours_{op}'])}  minimal {fig(s[f'min_{op}'])}  "
                     f"ratio {ratio:4.2f} (target <= {TARGETS[op]})  "
-                    f"includes alone, as sent {s[f'preamble_kept_{op}']:5.1f} "
-                    f"(every definition {s[f'preamble_all_{op}']:5.1f}); commands run per call "
+                    f"includes alone, as sent {fig(s[f'preamble_kept_{op}'])} "
+                    f"(every definition {fig(s[f'preamble_all_{op}'])}); commands run per call "
                     f"ours {s[f'ours_{op}_commands']:4.1f} minimal {s[f'min_{op}_commands']:4.1f}"
                 )
                 if ratio > TARGETS[op]:
                     missed.append(f"{op} {ratio:.2f}")
-            print(f"  empty script {s['empty']:.1f}")
+            print(f"  empty script {fig(s['empty']).strip()}")
         if "batch" in rows:
-            bt = batch(db, 3 if args.quick else 10)
+            bt = batch(db, (1 if args.instructions else 3) if args.quick else 10, meter)
             print(f"\nbatches of {BATCH} per call, per item (ours / minimal batch scripts):")
             for op, label in (("add", "add_items"), ("cycle", "lease_many+complete_many")):
-                ours_us, min_us = bt[f"ours_{op}_usec_per_item"], bt[f"min_{op}_usec_per_item"]
+                ours, least = bt[f"ours_{op}_cost_per_item"], bt[f"min_{op}_cost_per_item"]
                 ours_r, min_r = bt[f"ours_{op}_items_per_s"], bt[f"min_{op}_items_per_s"]
                 print(
-                    f"  {label:25s} server µs/item ours {ours_us:5.2f} minimal {min_us:5.2f} "
-                    f"(minimal/ours {min_us / ours_us:4.2f}, target >= 0.8); client items/s "
+                    f"  {label:25s} server {unit}/item ours {fig(ours)} minimal {fig(least)} "
+                    f"(minimal/ours {least / ours:4.2f}, target >= 0.8); client items/s "
                     f"ours {ours_r:8.0f} minimal {min_r:8.0f} (ours/minimal {ours_r / min_r:4.2f})"
                 )
-                if min_us / ours_us < 0.8:
-                    missed.append(f"{label} server {min_us / ours_us:.2f}")
+                if least / ours < 0.8:
+                    missed.append(f"{label} server {least / ours:.2f}")
         if "complete_list" in rows:
-            n = 1000 if args.quick else 5000
-            c = complete_list(db, n)
+            n = 1000 if args.quick or args.instructions else 5000
+            c = complete_list(db, n, meter)
             base = c["empty_list"]
-            print(f"\ncomplete with a long processing list, µs per call (n = {n}):")
-            print(f"  near-empty list                   {base:6.1f}")
+            print(f"\ncomplete with a long processing list, {unit} per call (n = {n}):")
+            print(f"  near-empty list                   {fig(base)}")
             for name, label in (
                 ("stuck_old_fifo", f"{n} stuck at old end + {n} FIFO"),
                 ("stuck_new_fifo", f"{n} FIFO + {n} stuck at new end"),
@@ -400,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("flight_4n_fifo", f"{4 * n} in flight, FIFO"),
             ):
                 ratio = c[name] / base
-                print(f"  {label:34s}{c[name]:6.1f}  ratio {ratio:5.2f} (target <= 1.3)")
+                print(f"  {label:34s}{fig(c[name])}  ratio {ratio:5.2f} (target <= 1.3)")
                 if ratio > TARGETS["complete_list"]:
                     missed.append(f"complete {name} {ratio:.2f}")
     if missed:

@@ -43,7 +43,7 @@ if err then
   end
   error(err, 0)
 end
-local taken = take(Q, id, data, ms, token, max, once, now)
+local taken = take(Q, id, data, ms, token .. '@' .. now, max, once, now)
 if taken then
   if waiter ~= '' then
     leave(Q, waiter, now)

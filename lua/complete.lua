@@ -11,7 +11,8 @@
 -- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
 -- design's cleaners do), so completing one item never scans the whole list. A batch removes
 -- every entry of its ids (LREM).
-local NEAR = 64
+-- (As a string: the server formats a number argument with printf on every call.)
+local NEAR = '64'
 local ids, items, leases, near = {}, {}, {}, {}
 for i = NQ + 1, #ARGV do
   local id = ARGV[i]
@@ -19,7 +20,7 @@ for i = NQ + 1, #ARGV do
   items[#items + 1] = Q.item .. id
   leases[#leases + 1] = Q.lease .. id
   -- Also fails, before any write, on a processing list of the wrong type.
-  near[#near + 1] = redis.call('LPOS', Q.processing, id, 'RANK', -1, 'MAXLEN', NEAR)
+  near[#near + 1] = redis.call('LPOS', Q.processing, id, 'RANK', '-1', 'MAXLEN', NEAR)
 end
 -- The leases and delays of all the items at once (a lease key of another type reads as none and
 -- is left alone).
@@ -41,9 +42,9 @@ for j, id in ipairs(ids) do
   done[j] = redis.call('DEL', items[j])
   completed = completed + done[j]
   if near[j] then
-    redis.call('LREM', Q.processing, -1, id)
+    redis.call('LREM', Q.processing, '-1', id)
   elseif #ids > 1 or redis.call('LPOS', Q.processing, id, 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.processing, 1, id)
+    redis.call('LREM', Q.processing, '1', id)
   end
 end
 if #delayed > 0 then

@@ -34,13 +34,20 @@ local BUDGET = tonumber(arg(5))
 local register_ms, waiter, registered = tonumber(arg(6)), arg(7), arg(8) == '1'
 local budget = BUDGET
 local now = now_ms()
+-- Every lease of the call has the value token@now, made once.
+local stamp = token .. '@' .. now
 local out = {}
 -- Every key the call may write is checked before its first write (promote reads the first
 -- queue's delayed set before it writes). A data key of another type reads as none (the id is
 -- dropped), a lease key of another type as a live lease (the id is a stray copy): neither is
 -- written.
+-- Each queue's key names, made once for the call.
+local queues = {}
 for i = 1, NQ do
-  local q = queue_at(i)
+  queues[i] = queue_at(i)
+end
+for i = 1, NQ do
+  local q = queues[i]
   local delayed = i > 1 and {q.delayed} or {}
   check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset', delayed)
   if register_ms > 0 or registered then
@@ -50,7 +57,7 @@ for i = 1, NQ do
   end
 end
 for i = 1, NQ do
-  local q = queue_at(i)
+  local q = queues[i]
   local max = tonumber(arg(8 + i))
   if registered then
     -- The caller looks again after a wait: a wake-up meant for it may have been taken.
@@ -64,7 +71,7 @@ for i = 1, NQ do
     local n = math.min(wanted - #out, budget)
     local ids
     if max > 0 then
-      local tail = redis.call('LRANGE', q.queue, -n, -1)
+      local tail = redis.call('LRANGE', q.queue, -n, '-1')
       ids = {}
       for j = #tail, 1, -1 do
         ids[#ids + 1] = tail[j]
@@ -100,7 +107,7 @@ for i = 1, NQ do
       if once and handed[id] then
         value = false
       end
-      local taken, leased = take(q, id, value, ms, token, max, once, now, seen and seen[j])
+      local taken, leased = take(q, id, value, ms, stamp, max, once, now, seen and seen[j])
       if leased then
         watch(q, id)
       end
@@ -127,7 +134,7 @@ for i = 1, NQ do
 end
 if registered and (#out > 0 or register_ms == 0) then
   for i = 1, NQ do
-    leave(queue_at(i), waiter, now)
+    leave(queues[i], waiter, now)
   end
 end
 if #out > 0 then
@@ -138,7 +145,7 @@ if budget <= 0 then
 end
 local soonest = -1
 for i = 1, NQ do
-  local q = queue_at(i)
+  local q = queues[i]
   local due = next_due(q, now)
   if due >= 0 and (soonest < 0 or due < soonest) then
     soonest = due

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,29 @@ def test_quick_run_of_the_peer_rows_prints_both_tables(tmp_path: Path) -> None:
     assert {impl for key, impl in ran if key == "peers:memory_per_item"} == {
         "ours", "baseline", "rq", "bullmq", "streams", "plain"
     }  # fmt: skip
+
+
+def test_script_instructions_are_counted_under_callgrind() -> None:
+    """``bench/script_time.py --instructions`` counts each call's instructions inside EVALSHA:
+    the same figure whatever the machine's load, ours above the minimal script's."""
+    _needs()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        reason = "needs valgrind (Debian's valgrind package)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    argv = [sys.executable, str(BENCH / "script_time.py"), "--instructions", "--quick"]
+    done = subprocess.run(
+        [*argv, "--only", "single"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {
+        line.split()[0]: [float(word) for word in line.split() if word.replace(".", "").isdigit()]
+        for line in done.stdout.splitlines()
+        if line.startswith(("  add ", "  lease ", "  complete "))
+    }
+    assert set(rows) == {"add", "lease", "complete"}, done.stdout
+    for op, (ours, least, ratio, *_) in rows.items():
+        assert ours > least > 0, (op, done.stdout)
+        assert ratio == pytest.approx(ours / least, abs=0.01), (op, done.stdout)
+    assert "server instructions per call (callgrind, inside EVALSHA)" in done.stdout

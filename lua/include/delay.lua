@@ -30,7 +30,7 @@ end
 -- read before anything is written (a lease key of another type reads as none and is left alone);
 -- the caller checks the lists and the wake list (check_wake) beforehand.
 local function promote(q, now, budget)
-  local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', 0, budget)
+  local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', '0', budget)
   if #due == 0 then
     return 0
   end

@@ -97,9 +97,12 @@ end
 
 -- Add n (when not 0) to one of the queue's counters in P:counts: 'added', 'completed', 'failed',
 -- 'retried', 'dead', 'expired' or 'requeued', each a number of items. The caller checks P:counts
--- beforehand.
+-- beforehand. (One, the usual count, goes as a string: the server formats a number argument with
+-- printf on every call.)
 local function count(q, name, n)
-  if n ~= 0 then
-    redis.call('HINCRBY', q.counts, name, n or 1)
+  if n == nil or n == 1 then
+    redis.call('HINCRBY', q.counts, name, '1')
+  elseif n ~= 0 then
+    redis.call('HINCRBY', q.counts, name, n)
   end
 end

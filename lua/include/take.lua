@@ -41,13 +41,12 @@ end
 -- the bookkeeping hashes beforehand, and bury_keys. Returns
 -- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
 -- a copy of a leased item (then nil, true: see stray.lua), or has been delivered max times (it
--- is then buried). With once,
--- the item is removed as it is handed out (at most once); otherwise it is leased for ms with the
--- lease value token@now. seen, when given, is the id's delivery count read from P:deliveries
--- (HMGET: false for none) before any id of the call was taken: the new count is not written
--- then, and the caller writes those of the ids handed out (see lease.lua); else it is counted
--- here.
-local function take(q, id, data, ms, token, max, once, now, seen)
+-- is then buried). With once, the item is removed as it is handed out (at most once); otherwise
+-- it is leased for ms with the lease value stamp ('<token>@<now>', made once by the caller).
+-- seen, when given, is the id's delivery count read from P:deliveries (HMGET: false for none)
+-- before any id of the call was taken: the new count is not written then, and the caller writes
+-- those of the ids handed out (see lease.lua); else it is counted here.
+local function take(q, id, data, ms, stamp, max, once, now, seen)
   if not data then
     forget(q, id)
     return nil
@@ -58,7 +57,7 @@ local function take(q, id, data, ms, token, max, once, now, seen)
     if redis.call('EXISTS', lease) == 1 then
       return nil, true
     end
-  elseif not redis.call('SET', lease, token .. '@' .. now, 'PX', ms, 'NX') then
+  elseif not redis.call('SET', lease, stamp, 'PX', ms, 'NX') then
     return nil, true
   end
   if seen ~= nil then
@@ -66,7 +65,7 @@ local function take(q, id, data, ms, token, max, once, now, seen)
   elseif once then
     n = delivered(q, id) + 1
   else
-    n = redis.call('HINCRBY', q.deliveries, id, 1)
+    n = redis.call('HINCRBY', q.deliveries, id, '1')
   end
   if max > 0 and n > max then
     bury(q, id, data, n - 1, redis.call('HGET', q.reasons, id), now)
