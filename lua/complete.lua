@@ -9,8 +9,9 @@
 -- alone). The id is looked for near the oldest end of the processing list first (completing in
 -- lease order), then near the newest end (short jobs among long ones); an entry found near
 -- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
--- design's cleaners do), so completing one item never scans the whole list. A batch removes
--- every entry of its ids (LREM).
+-- design's cleaners do), so completing one item never scans the whole list. A batch removes an
+-- entry per id (LREM), or, when its ids are the list's oldest entries (a batch completed as it
+-- was leased), those entries at once (LTRIM).
 -- (As a string: the server formats a number argument with printf on every call.)
 local NEAR = '64'
 local ids, items, leases, near = {}, {}, {}, {}
@@ -19,8 +20,32 @@ for i = NQ + 1, #ARGV do
   ids[#ids + 1] = id
   items[#items + 1] = Q.item .. id
   leases[#leases + 1] = Q.lease .. id
-  -- Also fails, before any write, on a processing list of the wrong type.
-  near[#near + 1] = redis.call('LPOS', Q.processing, id, 'RANK', '-1', 'MAXLEN', NEAR)
+end
+-- Which ids are near the oldest end: a look per id for one item, one read of that end (as long as
+-- the batch, and NEAR more) for a batch. Either fails, before any write, on a processing list of
+-- the wrong type. trim: the batch's ids, as many times as it names each, are the oldest entries.
+local trim = false
+if #ids == 1 then
+  near[1] = redis.call('LPOS', Q.processing, ids[1], 'RANK', '-1', 'MAXLEN', NEAR)
+else
+  local window = redis.call('LRANGE', Q.processing, -(#ids + NEAR), '-1')
+  local oldest, left = {}, {}
+  for _, entry in ipairs(window) do
+    oldest[entry] = true
+  end
+  for j, id in ipairs(ids) do
+    near[j] = oldest[id]
+    left[id] = (left[id] or 0) + 1
+  end
+  trim = #window >= #ids
+  for k = #window - #ids + 1, #window do
+    local entry = window[k]
+    if not trim or not left[entry] or left[entry] == 0 then
+      trim = false
+      break
+    end
+    left[entry] = left[entry] - 1
+  end
 end
 -- The leases and delays of all the items at once (a lease key of another type reads as none and
 -- is left alone).
@@ -41,11 +66,17 @@ local done, completed = {}, 0
 for j, id in ipairs(ids) do
   done[j] = redis.call('DEL', items[j])
   completed = completed + done[j]
-  if near[j] then
-    redis.call('LREM', Q.processing, '-1', id)
-  elseif #ids > 1 or redis.call('LPOS', Q.processing, id, 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.processing, '1', id)
+  if not trim then
+    if near[j] then
+      redis.call('LREM', Q.processing, '-1', id)
+    elseif #ids > 1 or redis.call('LPOS', Q.processing, id, 'MAXLEN', NEAR) then
+      redis.call('LREM', Q.processing, '1', id)
+    end
   end
+end
+if trim then
+  -- The batch's entries, the oldest #ids, at once.
+  redis.call('LTRIM', Q.processing, '0', -(#ids + 1))
 end
 if #delayed > 0 then
   redis.call('ZREM', Q.delayed, unpack(delayed))

@@ -269,6 +269,46 @@ def test_complete_many_matches_complete_one_at_a_time(db: redis.Redis) -> None:
     assert batch.stats(db).delayed == 0
 
 
+@pytest.mark.parametrize("older", [0, 3])
+@pytest.mark.parametrize("newer", [0, 3])
+def test_complete_many_of_a_batch_as_it_was_leased_matches_one_at_a_time(
+    db: redis.Redis, older: int, newer: int
+) -> None:
+    """A batch whose ids are the processing list's oldest entries goes at once; with older
+    leases held the entries go one by one: either way the keys end as completing each item alone
+    leaves them."""
+    batch, single = WorkQueue(BATCH), WorkQueue(SINGLE)
+    for queue in (batch, single):
+        queue.add_items(db, [Item(f"d{i}", id=f"i{i}") for i in range(older + 5 + newer)])
+        if older:
+            queue.lease_many(db, 30, older, block=False)
+    taken = {q.name.prefix: q.lease_many(db, 30, 5, block=False) for q in (batch, single)}
+    for queue in (batch, single):
+        if newer:
+            queue.lease_many(db, 30, newer, block=False)
+    asked = list(reversed(taken["batch"]))  # any order
+    assert batch.complete_many(db, asked) == asked
+    assert all(single.complete(db, item) for item in taken["single"])
+    assert queue_state(db, batch) == queue_state(db, single)
+    assert batch.processing(db) == older + newer
+
+
+def test_a_batch_of_the_oldest_entries_leaves_the_list_in_one_trim(real_db: redis.Redis) -> None:
+    queue = WorkQueue(BATCH)
+    queue.add_items(real_db, [Item(b"d", id=f"i{i}") for i in range(8)])
+    first = queue.lease_many(real_db, 30, 5, block=False)
+    queue.lease_many(real_db, 30, 3, block=False)
+
+    def calls(command: str) -> int:
+        stats: dict[str, dict[str, int]] = real_db.info("commandstats")
+        return stats.get(f"cmdstat_{command}", {}).get("calls", 0)
+
+    before = calls("ltrim"), calls("lrem")
+    assert queue.complete_many(real_db, first[::-1]) == first[::-1]
+    assert (calls("ltrim"), calls("lrem")) == (before[0] + 1, before[1])
+    assert sorted(raw(real_db, "LRANGE", "batch:processing", 0, -1)) == [b"i5", b"i6", b"i7"]
+
+
 def test_complete_many_across_chunks(bytes_db: redis.Redis) -> None:
     db = bytes_db
     queue = WorkQueue(BATCH)
