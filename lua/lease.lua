@@ -116,7 +116,8 @@ for i = 1, NQ do
         handed[id] = true
         taken_ids[#taken_ids + 1] = id
         counts[#counts + 1] = id
-        counts[#counts + 1] = taken[4]
+        -- A first delivery's count as a string: the server formats a number with printf.
+        counts[#counts + 1] = taken[4] == 1 and '1' or taken[4]
       else
         budget = budget - 1
       end
