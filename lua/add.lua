@@ -72,11 +72,8 @@ for i = NQ + 5, #ARGV, 2 do
     added[#added + 1] = 0
   end
 end
--- Unless the checks found them empty (nothing above writes them).
-if #fresh_ids > 0 and SIZES[Q.deliveries] ~= 0 then
+if #fresh_ids > 0 then
   redis.call('HDEL', Q.deliveries, unpack(fresh_ids))
-end
-if #fresh_ids > 0 and SIZES[Q.reasons] ~= 0 then
   redis.call('HDEL', Q.reasons, unpack(fresh_ids))
 end
 if #ready > 0 then

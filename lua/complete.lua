@@ -64,13 +64,7 @@ local sets = #delayed > 0 and {Q.delayed} or {}
 check_types('string', items, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
 local done, completed = {}, 0
 for j, id in ipairs(ids) do
-  if #ids == 1 and #live == 1 then
-    -- One item and its lease (which MGET found) in one call.
-    done[j] = redis.call('DEL', items[j], live[1]) - 1
-    live = {}
-  else
-    done[j] = redis.call('DEL', items[j])
-  end
+  done[j] = redis.call('DEL', items[j])
   completed = completed + done[j]
   if not trim then
     if near[j] then
@@ -90,12 +84,7 @@ end
 if #live > 0 then
   redis.call('DEL', unpack(live))
 end
--- The bookkeeping hashes, unless the checks found them empty (nothing above writes them).
-if SIZES[Q.deliveries] ~= 0 then
-  redis.call('HDEL', Q.deliveries, unpack(ids))
-end
-if SIZES[Q.reasons] ~= 0 then
-  redis.call('HDEL', Q.reasons, unpack(ids))
-end
+redis.call('HDEL', Q.deliveries, unpack(ids))
+redis.call('HDEL', Q.reasons, unpack(ids))
 count(Q, 'completed', completed)
 return done

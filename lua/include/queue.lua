@@ -12,8 +12,7 @@
 -- and P:durations (hash: the workers' job-duration histogram).
 -- Every one of them shares P's hash tag, if any.
 -- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type and
--- check_types (the type checks before a first write), SIZES (what they read), now_ms, delivered,
--- forget, count, DELAY_TOKEN.
+-- check_types (the type checks before a first write), now_ms, delivered, forget, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -50,10 +49,6 @@ end
 -- The cheapest read of each type: O(1), it fails on a key of another type and allocates nothing.
 local TYPED_READ = {string = 'STRLEN', list = 'LLEN', hash = 'HLEN', zset = 'ZCARD'}
 
--- The length that read found of each hash checked so far (0 for a missing key), for a script that
--- skips a write to an empty hash (valid only while the script has not written it).
-local SIZES = {}
-
 -- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a key
 -- or a list of keys, that exists and holds another type than its kind; nil when there is none.
 local function wrong_type(...)
@@ -64,9 +59,6 @@ local function wrong_type(...)
     end
     for _, key in ipairs(keys) do
       local read = redis.pcall(TYPED_READ[kind], key)
-      if kind == 'hash' then
-        SIZES[key] = read
-      end
       if type(read) == 'table' then
         if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
           redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
