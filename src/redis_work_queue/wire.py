@@ -474,24 +474,36 @@ def _read(conn: Any, parser: Any) -> Any:
     if not data:
         conn.disconnect()
         raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    got = _whole_reply(parser, data)
+    if isinstance(got, BaseException):
+        if isinstance(got, RedisConnectionError):
+            conn.disconnect()
+        raise got
+    if got is not None:
+        value, end = got
+        if end != len(data):
+            _inject(parser, data[end:])
+        return value
+    _inject(parser, data)
+    return conn.read_response(disable_decoding=True)
+
+
+def _whole_reply(parser: Any, data: bytes) -> tuple[Any, int] | BaseException | None:
+    """The reply at the start of ``data`` (one read), when it is whole and of a kind parsed here.
+
+    Returns its value and where it ends, or an error reply as ``parser``'s exception; None
+    otherwise (the parser reads it).
+    """
     if data[0] == 45:  # -: an error reply
         end = data.find(b"\r\n")
         if end == len(data) - 2:
-            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
-            if isinstance(error, RedisConnectionError):
-                conn.disconnect()
-            raise error
-    else:
-        try:
-            value, end = _parse(data, 0)
-        except (_Defer, IndexError):  # IndexError: cut short between two elements
-            pass
-        else:
-            if end != len(data):
-                _inject(parser, data[end:])
-            return value
-    _inject(parser, data)
-    return conn.read_response(disable_decoding=True)
+            error: BaseException = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
+            return error
+        return None
+    try:
+        return _parse(data, 0)
+    except (_Defer, IndexError):  # IndexError: cut short between two elements
+        return None
 
 
 # The same for redis.asyncio: ``ConnectionPool`` of redis-py 8, its Python parsers. Taking and
@@ -618,22 +630,16 @@ async def _aread(conn: Any) -> Any:
     if not data:
         await conn.disconnect(nowait=True)
         raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-    if data[0] == 45:  # -: an error reply
-        end = data.find(b"\r\n")
-        if end == len(data) - 2:
-            error = parser.parse_error(data[1:end].decode("utf-8", errors="replace"))
-            if isinstance(error, RedisConnectionError):
-                await conn.disconnect(nowait=True)
-            raise error from None
-    else:
-        try:
-            value, end = _parse(data, 0)
-        except (_Defer, IndexError):
-            pass
-        else:
-            if end != len(data):
-                reader._buffer[:0] = data[end:]
-            return value
+    got = _whole_reply(parser, data)
+    if isinstance(got, BaseException):
+        if isinstance(got, RedisConnectionError):
+            await conn.disconnect(nowait=True)
+        raise got from None
+    if got is not None:
+        value, end = got
+        if end != len(data):
+            reader._buffer[:0] = data[end:]
+        return value
     reader._buffer[:0] = data
     return await conn.read_response(disable_decoding=True)
 
