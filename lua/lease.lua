@@ -65,22 +65,17 @@ for i = 1, NQ do
   end
   promote(q, now, BUDGET)
   while #out < wanted and budget > 0 do
-    -- The oldest ids (at the tail), oldest first, and their data, in one call each. With a limit
-    -- on deliveries the ids are read before they are taken, so that their dead letters are
-    -- checked first.
-    local n = math.min(wanted - #out, budget)
-    local ids
-    if max > 0 then
-      local tail = redis.call('LRANGE', q.queue, -n, '-1')
-      ids = {}
-      for j = #tail, 1, -1 do
-        ids[#ids + 1] = tail[j]
-      end
-    else
-      ids = redis.call('RPOP', q.queue, n) or {}
-    end
-    if #ids == 0 then
+    -- The oldest ids (at the tail), oldest first, and their data, in one call each. The ids are
+    -- read before they are taken (RPOP, below): their dead letters are checked first, and a
+    -- script that has run a write may write past maxmemory, so on an empty queue a blocked
+    -- worker's registration must be the first write, for the server to refuse it when full.
+    local tail = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), '-1')
+    if #tail == 0 then
       break
+    end
+    local ids = {}
+    for j = #tail, 1, -1 do
+      ids[#ids + 1] = tail[j]
     end
     local keys = {}
     for j, id in ipairs(ids) do
@@ -98,9 +93,7 @@ for i = 1, NQ do
         check_types(bury_keys(q, ids, seen, max))
       end
     end
-    if max > 0 then
-      redis.call('RPOP', q.queue, #ids)
-    end
+    redis.call('RPOP', q.queue, #ids)
     local taken_ids, counts, handed = {}, {}, {}
     for j = 1, #ids do
       local id, value = ids[j], data[j]
