@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ pytest.importorskip("httpx", reason="needs httpx (the test extra)")
 from starlette.testclient import TestClient
 
 from redis_work_queue.dashboard import DashboardSettings, create_app
+from redis_work_queue.dashboard import app as dash_app
 from redis_work_queue.dashboard import data as dash_data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -477,3 +480,30 @@ def test_command_refuses_a_queue_name_that_clashes(capsys: pytest.CaptureFixture
     code = cli.main(["--url", "redis://127.0.0.1:1/0", "dashboard", "jobs:item"])
     assert code == 2  # a queue name the library refuses is bad usage
     assert "reserved segment ':item'" in capsys.readouterr().err
+
+
+def test_stopping_ends_the_sampler_even_when_its_cancellation_is_swallowed(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation can come out of a read as a timeout, which the sampler takes for an
+    outage; the dashboard still stops at once."""
+    sampling = threading.Event()
+
+    async def stubborn(self: Any, history: str | None = None) -> dict[str, Any]:
+        sampling.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise TimeoutError("a read's timeout that swallowed the cancellation") from None
+        return {}
+
+    monkeypatch.setattr(dash_app.DashboardState, "overview", stubborn)
+
+    def run_and_stop() -> None:
+        with client_for(redis_url, queues=("q",)):
+            assert sampling.wait(10)
+
+    runner = threading.Thread(target=run_and_stop, daemon=True)
+    runner.start()
+    runner.join(20)
+    assert not runner.is_alive(), "the dashboard did not stop"

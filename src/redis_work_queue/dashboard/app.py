@@ -317,10 +317,15 @@ def _clean_message(report: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
-async def _sample_forever(state: DashboardState) -> None:
-    """Sample every queue's counts for the charts, also when no page is open."""
+async def _sample_forever(state: DashboardState, stop: asyncio.Event) -> None:
+    """Sample every queue's counts for the charts, also when no page is open, until ``stop``.
+
+    The task is also cancelled when the dashboard stops, but a cancellation that arrives as a
+    read times out can come out of redis-py as a timeout, which the loop would take for an
+    outage: ``stop`` ends it then.
+    """
     delay = state.settings.sample_secs
-    while True:
+    while not stop.is_set():
         try:
             await state.overview()
         except UNREACHABLE as err:
@@ -332,7 +337,8 @@ async def _sample_forever(state: DashboardState) -> None:
         else:
             state.came_back()
             delay = state.settings.sample_secs
-        await asyncio.sleep(delay)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
 
 
 class BasicAuth:
@@ -416,10 +422,12 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sampler = asyncio.create_task(_sample_forever(state))
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(_sample_forever(state, stop))
         try:
             yield
         finally:
+            stop.set()
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
