@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # the launcher
 
 import servers
-from redis_work_queue import Item, KeyPrefix, WorkQueue, loader
+from redis_work_queue import Item, KeyPrefix, WorkQueue, complete_and_lease_from, loader
 from redis_work_queue.keyprefix import QueueKeys
 
 ROUND = 50
@@ -314,6 +314,7 @@ def single(
         f"{who}_{op}": meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
     }
     meters["empty"] = meter(db)
+    meters["ours_chain"] = meter(db)
     for kind_op in preamble:
         meters[f"preamble_{kind_op}"] = meter(db)
     sk, sa = keys.script_keys, keys.script_args
@@ -325,6 +326,18 @@ def single(
             lambda: [queue.lease(db, 30, block=False) for _ in ids]
         )
         meters["ours_complete"].measure(lambda: [queue.complete(db, it) for it in items if it])
+        # The same items once more, each completed with the next one's lease in one call.
+        for i in ids:
+            queue.add_item(db, Item(DATA, id=i))
+        held = queue.lease(db, 30, block=False)
+
+        def chain() -> None:
+            item = held
+            while item is not None:
+                _, found = complete_and_lease_from(db, queue, item, [queue], 30)
+                item = None if found is None else found[1]
+
+        meters["ours_chain"].measure(chain)
         db.flushall()
         meters["min_add"].measure(lambda: [mins["add"](sk, (*sa, i, DATA)) for i in ids])
         got = meters["min_lease"].measure(
@@ -486,6 +499,13 @@ def main(argv: list[str] | None = None) -> int:
                 if ratio > TARGETS[op]:
                     missed.append(f"{op} {ratio:.2f}")
             print(f"  empty script {fig(s['empty']).strip()}")
+            pair = s["ours_lease"] + s["ours_complete"]
+            print(
+                f"  complete_and_lease_from, one call per item {fig(s['ours_chain']).strip()} "
+                f"({s['ours_chain_commands']:.1f} commands); ours lease + complete "
+                f"{fig(pair).strip()} (one call / two: {s['ours_chain'] / pair:4.2f}); minimal "
+                f"lease + complete {fig(s['min_lease'] + s['min_complete']).strip()}"
+            )
         if "batch" in rows:
             bt = batch(db, (1 if args.instructions else 3) if args.quick else 10, meter)
             print(f"\nbatches of {BATCH} per call, per item (ours / minimal batch scripts):")

@@ -5,12 +5,14 @@
 Starts a throw-away redis-server (``run.redis_server``), pins it and this process as
 ``run.py --pin`` does (default: both on one CPU), and prints, rounds alternating so that every
 figure is taken at the same moments: redis-py ``evalsha(<return 1>)``, our ``add_unique_item``,
-lease+complete pairs one at a time, and the same pair and EVALSHA on ``redis.asyncio``, with
-the ratios against the targets. ``--no-hiredis`` hides hiredis from redis-py (a ``sys.meta_path``
-blocker installed before redis is imported), to compare the two parsers.
+lease+complete pairs one at a time, items one at a time with ``complete_and_lease_from`` (one
+call per item), and the same on ``redis.asyncio``, with the ratios against the targets.
+``--no-hiredis`` hides hiredis from redis-py (a ``sys.meta_path`` blocker installed before
+redis is imported), to compare the two parsers.
 
-The measuring functions (``evalsha_rate``, ``add_rate``, ``pair_rate``, ``aevalsha_rate``,
-``apair_rate``) take a port and a count and return operations per second.
+The measuring functions (``evalsha_rate``, ``add_rate``, ``pair_rate``, ``chain_rate``,
+``aevalsha_rate``, ``apair_rate``, ``achain_rate``) take a port and a count and return
+operations (items, for the pairs and chains) per second.
 """
 
 from __future__ import annotations
@@ -84,6 +86,33 @@ def pair_rate(port: int, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def chain_rate(port: int, n: int) -> float:
+    """One item at a time with ``complete_and_lease_from``: a lease, then one call per item."""
+    import redis  # noqa: PLC0415
+
+    from redis_work_queue import (  # noqa: PLC0415
+        Item,
+        KeyPrefix,
+        WorkQueue,
+        complete_and_lease_from,
+    )
+
+    db = redis.Redis(port=port)
+    q = WorkQueue(KeyPrefix("wire-chain"))
+    q.add_items(db, [Item(DATA) for _ in range(n)], unique=True)
+    start = time.perf_counter()
+    item = q.lease(db, 30, block=False)
+    done = 0
+    while item is not None:
+        completed, found = complete_and_lease_from(db, q, item, [q], 30)
+        assert completed
+        done += 1
+        item = None if found is None else found[1]
+    took = time.perf_counter() - start
+    assert done == n
+    return n / took
+
+
 def aevalsha_rate(port: int, n: int) -> float:
     """``redis.asyncio`` ``evalsha`` of ``return 1``, one at a time."""
     import redis.asyncio  # noqa: PLC0415
@@ -123,12 +152,45 @@ def apair_rate(port: int, n: int) -> float:
     return asyncio.run(main())
 
 
+def achain_rate(port: int, n: int) -> float:
+    """``chain_rate`` on ``AsyncWorkQueue``, one task."""
+    import redis.asyncio  # noqa: PLC0415
+
+    from redis_work_queue import (  # noqa: PLC0415
+        AsyncWorkQueue,
+        Item,
+        KeyPrefix,
+        acomplete_and_lease_from,
+    )
+
+    async def main() -> float:
+        db = redis.asyncio.Redis(port=port)
+        q = AsyncWorkQueue(KeyPrefix("wire-achain"))
+        await q.add_items(db, [Item(DATA) for _ in range(n)], unique=True)
+        start = time.perf_counter()
+        item = await q.lease(db, 30, block=False)
+        done = 0
+        while item is not None:
+            completed, found = await acomplete_and_lease_from(db, q, item, [q], 30)
+            assert completed
+            done += 1
+            item = None if found is None else found[1]
+        took = time.perf_counter() - start
+        await db.aclose()
+        assert done == n
+        return n / took
+
+    return asyncio.run(main())
+
+
 MEASURES: dict[str, Callable[[int, int], float]] = {
     "evalsha": evalsha_rate,
     "add": add_rate,
     "pair": pair_rate,
+    "chain": chain_rate,
     "aevalsha": aevalsha_rate,
     "apair": apair_rate,
+    "achain": achain_rate,
 }
 
 
@@ -155,6 +217,8 @@ def report(best: dict[str, float]) -> list[str]:
         ("add / evalsha", best["add"] / best["evalsha"], 1.6),
         ("pairs / (evalsha/2)", best["pair"] / (best["evalsha"] / 2), 1.6),
         ("async pairs / (async evalsha/2)", best["apair"] / (best["aevalsha"] / 2), 1.5),
+        ("complete_and_lease / (evalsha/2)", best["chain"] / (best["evalsha"] / 2), 1.6),
+        ("async same / (async evalsha/2)", best["achain"] / (best["aevalsha"] / 2), 1.5),
     ]
     for label, ratio, target in checks:
         verdict = "ok" if ratio >= target else "BELOW"

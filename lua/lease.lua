@@ -6,6 +6,7 @@
 --#include delay.lua
 --#include take.lua
 --#include stray.lua
+--#include finish.lua
 -- KEYS[i] queue i's main queue and ARGV[i] its key prefix, for queues i = 1..n in priority order
 -- (see queue.lua)
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
@@ -14,17 +15,24 @@
 -- is found: ms for which to register the caller as a worker blocked on the queues (0: it will
 -- not block), arg(7) the caller's waiter id ('' when it does not block), arg(8) '1' when the
 -- caller is registered already (it then leaves once it has items, or when it will not block),
--- arg(8+i) queue i's max deliveries (0: no limit)
+-- arg(8+i) queue i's max deliveries (0: no limit); then, optionally, a completion that comes with
+-- the lease (a worker completes its item and looks for the next in one call, never a blocking
+-- one: arg(6) is then 0): arg(9+n) the index of the completed item's queue and arg(10+n) its id
 -- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
 -- when there is none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN
 -- when the budget ran out on ids dropped or buried (none handed out): the caller calls again.
+-- With a completion: {1 when this call completed the item (0 when it was done already), that
+-- reply}.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
 -- is always on the processing list, and so is an id met on the main queue while its lease is
 -- live (it is left to its holder); an id without a data key is dropped, never handed out; an
 -- item is never handed out more than max deliveries times; the waiting set and the wake list
 -- expire with the last registration. Every queue's keys are type-checked
 -- before the first write; the dead letter of an id that has reached max deliveries is checked
--- before the ids it came with are taken (after earlier takes of the same call, if any).
+-- before the ids it came with are taken (after earlier takes of the same call, if any). A
+-- completion is checked after the queues and before its own first write, which comes before the
+-- lease's first: an error leaves nothing changed, but for that dead letter's, which leaves the
+-- completion done.
 -- The reply that asks the caller to call again (CALL_AGAIN in lease.py, which a test compares).
 local CALL_AGAIN = -2
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
@@ -46,15 +54,34 @@ local queues = {}
 for i = 1, NQ do
   queues[i] = queue_at(i)
 end
+-- A completion that comes with the lease writes first: the keys the lease reads before its
+-- first write are then checked here too (the first queue's delayed set; with max deliveries,
+-- the dead set and counters its burials write).
+local finishing = arg(9 + NQ) ~= nil
 for i = 1, NQ do
   local q = queues[i]
-  local delayed = i > 1 and {q.delayed} or {}
+  local delayed = (i > 1 or finishing) and {q.delayed} or {}
   check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset', delayed)
+  if finishing and tonumber(arg(8 + i)) > 0 then
+    check_types('zset', {q.dead}, 'hash', {q.counts})
+  end
   if register_ms > 0 or registered then
     check_types('zset', {q.waiting}, 'list', {q.wake})
   else
     check_wake(q)
   end
+end
+-- The completion, if any, before anything is leased (finish.lua).
+local finished
+if finishing then
+  finished = finish(queues[tonumber(arg(9 + NQ))], {arg(10 + NQ)})[1]
+end
+-- The call's reply, with the completion's outcome when there is one.
+local function answer(value)
+  if finished == nil then
+    return value
+  end
+  return {finished, value}
 end
 for i = 1, NQ do
   local q = queues[i]
@@ -132,10 +159,10 @@ if registered and (#out > 0 or register_ms == 0) then
   end
 end
 if #out > 0 then
-  return out
+  return answer(out)
 end
 if budget <= 0 then
-  return CALL_AGAIN
+  return answer(CALL_AGAIN)
 end
 local soonest = -1
 for i = 1, NQ do
@@ -148,4 +175,4 @@ for i = 1, NQ do
     join(q, waiter, now, register_ms)
   end
 end
-return soonest
+return answer(soonest)

@@ -3,10 +3,11 @@
 Each handler call appends ``call <id>`` to the ``events`` list of a results server that no
 fault touches (its URL in ``$RWQ_FAULTS_RESULTS``). With :func:`install` (done at import when
 ``$RWQ_FAULTS_RECORD_DONE`` is set, so in worker processes too) every ``complete`` that returns
-True appends ``done <id>`` as well: the operation generators are wrapped, so the record holds
-whichever runner or facade drives them. The order of the list is the results server's order of
-arrival, so a ``call`` after a ``done`` of the same id is a lease of an item whose completion
-had been acknowledged.
+True appends ``done <id>`` as well, and so does every completion made with the next lease
+(``complete_and_lease_from``, as the runners complete): the operation generators are wrapped,
+so the record holds whichever runner or facade drives them. The order of the list is the
+results server's order of arrival, so a ``call`` after a ``done`` of the same id is a lease of
+an item whose completion had been acknowledged.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 import redis
 
-from redis_work_queue import Item
+from redis_work_queue import Item, queue_base
+from redis_work_queue.lease import LeaseRequest
 from redis_work_queue.ops import QueueOps
 
 RESULTS_ENV = "RWQ_FAULTS_RESULTS"
@@ -74,6 +76,7 @@ def install() -> None:
             return
         _originals["complete_one"] = one = QueueOps.complete_one
         _originals["complete"] = many = QueueOps.complete
+        _originals["complete_and_lease"] = chained = queue_base.complete_and_lease
 
     def complete_one(
         self: QueueOps, item: Item, replicas: int | None = None
@@ -92,8 +95,18 @@ def install() -> None:
             note(f"done {item.id()}")
         return completed
 
+    def complete_and_lease(
+        queues: list[QueueOps], index: int, item_id: str, request: LeaseRequest
+    ) -> Generator[Any, Any, Any]:
+        # The one-call path of complete_and_lease_from (its other path calls complete_one).
+        done, leased = yield from chained(queues, index, item_id, request)
+        if done:
+            note(f"done {item_id}")
+        return done, leased
+
     QueueOps.complete_one = complete_one  # type: ignore[method-assign]
     QueueOps.complete = complete  # type: ignore[method-assign]
+    queue_base.complete_and_lease = complete_and_lease  # type: ignore[assignment]
 
 
 def uninstall() -> None:
@@ -103,6 +116,7 @@ def uninstall() -> None:
             return
         QueueOps.complete_one = _originals.pop("complete_one")  # type: ignore[method-assign]
         QueueOps.complete = _originals.pop("complete")  # type: ignore[method-assign]
+        queue_base.complete_and_lease = _originals.pop("complete_and_lease")
 
 
 if os.environ.get(RECORD_DONE_ENV) and os.environ.get(RESULTS_ENV):

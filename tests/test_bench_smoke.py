@@ -86,3 +86,23 @@ def test_script_instructions_are_counted_under_callgrind() -> None:
         assert ours > least > 0, (op, done.stdout)
         assert ratio == pytest.approx(ours / least, abs=0.01), (op, done.stdout)
     assert "server instructions per call (callgrind, inside EVALSHA)" in done.stdout
+
+
+def test_wire_bench_measures_every_row() -> None:
+    """``bench/wire_bench.py`` runs each measure (one item at a time with
+    ``complete_and_lease_from`` too, on both APIs) and prints its ratios."""
+    _needs()
+    argv = [sys.executable, str(BENCH / "wire_bench.py"), "--rounds", "1", "--n", "200"]
+    done = subprocess.run(
+        [*argv, "--pin", "off"], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rates = {
+        line.split()[0]: float(line.split()[1])
+        for line in done.stdout.splitlines()
+        if line.endswith(" /s")
+    }
+    assert set(rates) == {"evalsha", "add", "pair", "chain", "aevalsha", "apair", "achain"}
+    assert all(rate > 0 for rate in rates.values()), done.stdout
+    assert "complete_and_lease / (evalsha/2)" in done.stdout
+    assert "async same / (async evalsha/2)" in done.stdout

@@ -29,8 +29,11 @@ from redis_work_queue import (
     OutcomeUnknownError,
     ReplicationError,
     WorkQueue,
+    acomplete_and_lease_from,
     alease_from,
+    complete_and_lease_from,
     lease_from,
+    scripts,
 )
 from redis_work_queue.server import acheck_eviction, check_eviction, eviction_policy
 from servers import Cluster, Proc, in_sync, info, poll
@@ -393,6 +396,63 @@ def test_queues_with_different_tags_cannot_share_one_script_call(cluster: Cluste
     keys = (f"{{{cluster.tag_on(a)}}}:q", f"{{{cluster.tag_on(b)}}}:q")
     with pytest.raises(CrossSlotError):
         slot_of(keys)
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+@pytest.mark.parametrize("tags", ["same", "different"])
+def test_complete_and_lease_from(
+    cluster: Cluster, cluster_db: RedisCluster, api: str, tags: str
+) -> None:
+    """One script call on the queues' node when they share a tag; two calls otherwise."""
+    first, second = cluster.primaries()[:2]
+    tag = cluster.tag_on(first)
+    high_name = f"{{{tag}}}:cl-high"
+    low_name = f"{{{tag if tags == 'same' else cluster.tag_on(second)}}}:cl-low"
+    low = queue(low_name)
+    low.add_items(cluster_db, [Item(b"1", id="low-1"), Item(b"2", id="low-2")])
+    held = low.lease(cluster_db, 30, block=False)
+    assert held is not None
+    queue(high_name).add_item(cluster_db, Item(b"h", id="high-1"))
+    admins = [node.client(decode_responses=True) for node in (first, second)]
+    for admin in admins:
+        scripts.preload(admin)
+        admin.config_resetstat()
+
+    async def aio_steps() -> list[tuple[bool, tuple[str, str] | None]]:
+        db = cluster.async_client()
+        try:
+            queues = [AsyncWorkQueue(KeyPrefix(n)) for n in (high_name, low_name)]
+            out: list[tuple[bool, tuple[str, str] | None]] = []
+            done_queue, item = queues[1], held
+            for _ in range(3):
+                done, found = await acomplete_and_lease_from(db, done_queue, item, queues, 30)
+                out.append((done, None if found is None else (found[0].name.prefix, found[1].id())))
+                if found is not None:
+                    done_queue, item = found
+            return out
+        finally:
+            await db.aclose()
+
+    if api == "asyncio":
+        steps = asyncio.run(asyncio.wait_for(aio_steps(), 30))
+    else:
+        queues = [queue(high_name), queue(low_name)]
+        steps = []
+        done_queue, item = queues[1], held
+        for _ in range(3):
+            done, found = complete_and_lease_from(cluster_db, done_queue, item, queues, 30)
+            steps.append((done, None if found is None else (found[0].name.prefix, found[1].id())))
+            if found is not None:
+                done_queue, item = found
+    calls = [script_calls(admin) for admin in admins]
+    assert steps == [(True, (high_name, "high-1")), (True, (low_name, "low-2")), (True, None)]
+    if tags == "same":
+        assert calls == [3, 0]
+    else:
+        assert calls[0] >= 1 and calls[1] >= 3 and sum(calls) > 3, calls
+    for name in (high_name, low_name):
+        stats = queue(name).stats(cluster_db)
+        assert (stats.queued, stats.leased) == (0, 0), name
 
 
 # asyncio ----------------------------------------------------------------------------------------

@@ -73,9 +73,10 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
         "take.lua",
         "hold.lua",
         "stray.lua",
+        "finish.lua",
     )
-    # complete.lua needs only the layout (and DELAY_TOKEN, which it defines).
-    assert assemble("complete").includes == ("queue.lua",)
+    # complete.lua needs the layout and finish.lua, which needs the layout too.
+    assert assemble("complete").includes == ("queue.lua", "finish.lua")
     assert assemble("renew").includes == ()
 
 

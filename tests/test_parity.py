@@ -22,7 +22,9 @@ from redis_work_queue import (
     AsyncWorkQueue,
     Worker,
     WorkQueue,
+    acomplete_and_lease_from,
     alease_from,
+    complete_and_lease_from,
     lease_from,
 )
 
@@ -109,6 +111,12 @@ def test_lease_from_and_alease_from_are_twins() -> None:
     assert_twins(lease_from, alease_from)
     assert inspect.iscoroutinefunction(alease_from)
     assert not inspect.iscoroutinefunction(lease_from)
+
+
+def test_complete_and_lease_from_and_its_asyncio_twin_are_twins() -> None:
+    assert_twins(complete_and_lease_from, acomplete_and_lease_from)
+    assert inspect.iscoroutinefunction(acomplete_and_lease_from)
+    assert not inspect.iscoroutinefunction(complete_and_lease_from)
 
 
 def test_workers_take_the_same_options_but_the_listed_ones() -> None:

@@ -26,6 +26,7 @@ from redis_work_queue import (
     WorkQueue,
     WorkQueueError,
     WrongKeyTypeError,
+    complete_and_lease_from,
     lease_from,
     scripts,
 )
@@ -203,6 +204,9 @@ class Op:
     late: bool = False
     #: Sets the state up further, before the key is planted.
     prepare: Callable[[redis.Redis], None] | None = None
+    #: Completes ``held`` before its lease part, which checks the dead letter of an id it
+    #: buries only when it comes to it: an error there leaves that completion done.
+    completes_first: bool = False
 
 
 OPS = [
@@ -283,6 +287,29 @@ OPS = [
         lambda s: q().complete_many(s.db, [Item(b"", id="stale"), s.held]),
     ),
     Op("complete_held", "held", _complete_held),
+    Op(
+        "complete_and_lease",
+        "held",
+        lambda s: complete_and_lease_from(s.db, q(), s.held, [q()], LEASE_SECS),
+    ),
+    Op(
+        "complete_and_lease-next",
+        "a",
+        lambda s: complete_and_lease_from(s.db, q(), s.held, [WorkQueue(OTHER), q()], LEASE_SECS),
+    ),
+    Op(
+        "complete_and_lease-empty",
+        "held",
+        lambda s: complete_and_lease_from(s.db, q(), s.held, [q()], LEASE_SECS),
+        queued=False,
+    ),
+    Op(
+        "complete_and_lease-bury",
+        "a",
+        lambda s: complete_and_lease_from(s.db, q(2), s.held, [q(2)], LEASE_SECS),
+        prepare=lambda db: _delivered_twice(db, "a"),
+        completes_first=True,
+    ),
     Op("light_clean", "stale", lambda s: q().light_clean(s.db)),
     Op("deep_clean", "lost", lambda s: q().deep_clean(s.db)),
     Op("stats", "held", lambda s: q().stats(s.db)),
@@ -295,6 +322,27 @@ OPS = [
     Op("purge_dead-ids", "dead1", lambda s: q().purge_dead(s.db, ["dead1"])),
     Op("flush", "held", lambda s: q().flush(s.db), removes_all=True),
 ]
+
+
+def held_completed(state: Dump) -> Dump:
+    """``state`` after completing ``held`` (see setup_queue): its keys, its entry on the
+    processing list and its bookkeeping gone, one more item counted completed."""
+    out = dict(state)
+    del out[KEYS.item("held").encode()], out[KEYS.lease("held").encode()]
+    kind, entries, ttl = out[KEYS.processing.encode()]
+    out[KEYS.processing.encode()] = (kind, [e for e in entries if e != b"held"], ttl)
+    for name in (KEYS.deliveries, KEYS.reasons):
+        kind, fields, ttl = out[name.encode()]
+        left = [(f, v) for f, v in fields if f != b"held"]
+        if left:
+            out[name.encode()] = (kind, left, ttl)
+        else:
+            del out[name.encode()]
+    kind, counts, ttl = out[KEYS.counts.encode()]
+    done = dict(counts)
+    done[b"completed"] = b"%d" % (int(done.get(b"completed", b"0")) + 1)
+    out[KEYS.counts.encode()] = (kind, sorted(done.items()), ttl)
+    return out
 
 
 CASES = [
@@ -337,6 +385,8 @@ def test_wrong_type_changes_nothing(
         for key, pushed_id in state.pushed:
             _, value, ttl = expected.get(key, ("list", [], -1))
             expected[key] = ("list", [pushed_id, *value], ttl)
+        if op.completes_first and name == "dead_item":
+            expected = held_completed(expected)
         assert after == expected, f"{op.name} raised {err!r} but changed the database"
         if isinstance(err, WrongKeyTypeError):
             assert "wrong" in str(err).lower()

@@ -1,9 +1,9 @@
 """A reliable work queue on stock Redis, every operation one atomic Lua script.
 
 The synchronous API is imported with the package. The asyncio API (``AsyncWorkQueue``,
-``AsyncWorker``, ``alease_from``, ``alive_workers``), the worker runner and the heartbeat
-readers are imported on first use, so that ``import redis_work_queue`` does not load
-``redis.asyncio`` or the runner for code that never touches them.
+``AsyncWorker``, ``alease_from``, ``acomplete_and_lease_from``, ``alive_workers``), the worker
+runner and the heartbeat readers are imported on first use, so that ``import redis_work_queue``
+does not load ``redis.asyncio`` or the runner for code that never touches them.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from .errors import (
 from .item import Item
 from .keyprefix import KeyPrefix
 from .results import DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats, Released
-from .workqueue import WorkQueue, lease_from
+from .workqueue import WorkQueue, complete_and_lease_from, lease_from
 
 if TYPE_CHECKING:
     from .aio import AsyncWorkQueue
+    from .aio import complete_and_lease_from as acomplete_and_lease_from
     from .aio import lease_from as alease_from
     from .aioworker import AsyncWorker
     from .health import WorkerInfo, alive_workers, live_workers
@@ -41,6 +42,7 @@ __version__ = "0.2.0"
 _LAZY: dict[str, tuple[str, str]] = {
     "AsyncWorkQueue": (".aio", "AsyncWorkQueue"),
     "alease_from": (".aio", "lease_from"),
+    "acomplete_and_lease_from": (".aio", "complete_and_lease_from"),
     "AsyncWorker": (".aioworker", "AsyncWorker"),
     "Worker": (".worker", "Worker"),
     "WorkerStats": (".worker", "WorkerStats"),
@@ -92,8 +94,10 @@ __all__ = [
     "WorkerStats",
     "WrongKeyTypeError",
     "__version__",
+    "acomplete_and_lease_from",
     "alease_from",
     "alive_workers",
+    "complete_and_lease_from",
     "lease_from",
     "live_workers",
 ]

@@ -16,7 +16,14 @@ from .cleaning import CleanReport, ProgressCallback
 from .clients import AsyncClient, AsyncPipeline, max_block
 from .item import Item
 from .protocol import ScriptCall, arun
-from .queue_base import PIPELINE_CHUNK, QueueBase, first_call, leasable_together, lease_from_steps
+from .queue_base import (
+    PIPELINE_CHUNK,
+    QueueBase,
+    complete_and_lease_steps,
+    first_call,
+    leasable_together,
+    lease_from_steps,
+)
 from .results import (
     DeadLetter,
     FlushReport,
@@ -252,6 +259,18 @@ async def lease_from(
         queues, lease_secs, block, timeout, at_most_once, max_block(db), together
     )
     return await arun(db, steps)
+
+
+async def complete_and_lease_from(
+    db: AsyncClient,
+    queue: AsyncWorkQueue,
+    item: Item,
+    queues: Sequence[AsyncWorkQueue],
+    lease_secs: float,
+) -> tuple[bool, tuple[AsyncWorkQueue, Item] | None]:
+    """See :func:`redis_work_queue.workqueue.complete_and_lease_from`."""
+    together = leasable_together(db, queues)
+    return await arun(db, complete_and_lease_steps(queue, item, queues, lease_secs, together))
 
 
 async def _apipelined(db: AsyncClient, calls: Sequence[ScriptCall]) -> list[bool]:

@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from . import server
-from .aio import AsyncWorkQueue, lease_from
+from .aio import AsyncWorkQueue, complete_and_lease_from, lease_from
 from .errors import WorkerFailedError
 from .item import Item
 from .runner import (
@@ -176,6 +176,7 @@ class AsyncWorker:
             self.options,
             self.queues,
             lease_from,
+            complete_and_lease=complete_and_lease_from,
             describe=" (its task is cancelled; a new task takes its slot)",
         )
         self._core = core

@@ -125,6 +125,7 @@ class LeasePlan:
         register_ms: int = 0,
         waiter: str = "",
         registered: bool = False,
+        finish: tuple[int, str] | None = None,
     ) -> ScriptCall:
         """The lease script call (see lua/lease.lua) for up to ``want`` items.
 
@@ -137,6 +138,9 @@ class LeasePlan:
             waiter: The caller's id as a blocked worker.
             registered: The caller is registered already (it leaves once it has items, or when
                 ``register_ms`` is 0).
+            finish: (queue index, item id): complete that item first, in the same call (the
+                reply is then the pair (1 when this call completed it, the lease's reply)).
+                Only when the call will not block (``register_ms`` 0).
         """
         args: tuple[scripts.Arg, ...] = (
             *self.prefix_args,
@@ -150,6 +154,8 @@ class LeasePlan:
             "1" if registered else "0",
             *self.limits,
         )
+        if finish is not None:
+            args += (finish[0] + 1, finish[1])
         return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
 
     def claim(self, request: LeaseRequest, token: str, moved: bytes, waiter: str) -> ScriptCall:
@@ -224,6 +230,32 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
             rows, more = claimed, True
         got = [_leased(row, token, request.at_most_once) for row in rows]
         return (yield from _take_rest(plan, request, got, more))
+
+
+def complete_and_lease(
+    queues: Sequence[QueueOps], index: int, item_id: str, request: LeaseRequest
+) -> Steps[tuple[bool, list[tuple[int, Item]]]]:
+    """Complete queue ``index``'s item ``item_id``, then lease without blocking, in one call.
+
+    The script completes the item before it leases anything (the completion is not undone when
+    the lease part fails). A lease that spends its budget on ids it drops or buries goes on with
+    plain lease calls.
+
+    Returns:
+        Whether this call completed the item, and the (queue index, item) pairs leased.
+    """
+    if request.block:
+        raise ValueError("a lease that comes with a completion does not block")
+    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+    token = new_token()
+    done, reply = yield plan.lease(request, token, request.chunk, finish=(index, item_id))
+    if reply == CALL_AGAIN:
+        return bool(done), (yield from lease_items(queues, request))
+    if not isinstance(reply, list):
+        return bool(done), []
+    got = [_leased(row, token, request.at_most_once) for row in reply]
+    more = len(reply) == request.chunk
+    return bool(done), (yield from _take_rest(plan, request, got, more))
 
 
 def _take_now(

@@ -1,7 +1,8 @@
 """The operations layer shared by the synchronous and asyncio queues.
 
 :class:`QueueBase` holds what a queue object is (its name, keys and operations) and checks its
-options; :func:`lease_from_steps` is the operation behind both ``lease_from`` functions. Nothing
+options; :func:`lease_from_steps` is the operation behind both ``lease_from`` functions, and
+:func:`complete_and_lease_steps` the one behind both ``complete_and_lease_from``. Nothing
 here sends a call: the facades (:mod:`.workqueue`, :mod:`.aio`) drive these with
 :func:`~.protocol.run` and :func:`~.protocol.arun`.
 """
@@ -19,9 +20,10 @@ from . import cluster
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .item import Item
 from .keyprefix import KeyPrefix, QueueKeys
-from .lease import LeaseRequest, lease_items
+from .lease import LeaseRequest, complete_and_lease, lease_items
 from .ops import QueueOps
 from .protocol import ScriptCall, Steps
+from .validation import check_item
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,37 @@ def lease_from_steps(
         found = yield from first.ops.lease_one(lease_secs, True, wait, at_most_once, max_block)
         if found is not None:
             return first, found
+
+
+def complete_and_lease_steps(
+    queue: Q, item: Item, queues: Sequence[Q], lease_secs: float, together: bool = True
+) -> Steps[tuple[bool, tuple[Q, Item] | None]]:
+    """The operation behind :func:`~redis_work_queue.complete_and_lease_from` and its twin.
+
+    One script call (``lua/lease.lua`` with a completion) when ``queue`` is one of ``queues``,
+    they can be leased from together and ``queue`` waits for no replicas; otherwise the
+    completion, then a lease that does not block, as two calls.
+    """
+    if not queues:
+        raise InvalidArgumentError("complete_and_lease_from needs at least one queue to lease from")
+    if not isinstance(queue, QueueBase):
+        raise InvalidArgumentTypeError(
+            f"complete_and_lease_from completes an item of a queue, not of {type(queue).__name__}"
+        )
+    item = check_item(item)
+    request = LeaseRequest.of(lease_secs)
+    prefix = queue.ops.keys.prefix
+    index = next((i for i, q in enumerate(queues) if q.ops.keys.prefix == prefix), None)
+    if index is None or not together or queue.ops.replicas:
+        done = yield from queue.ops.complete_one(item)
+        leased = yield from lease_from_steps(queues, lease_secs, False, 0, False, 60.0, together)
+        return done, leased
+    ops = [q.ops for q in queues]
+    done, rows = yield from complete_and_lease(ops, index, item.id(), request)
+    if not rows:
+        return done, None
+    found, got = rows[0]
+    return done, (queues[found], got)
 
 
 #: Script calls sent per round trip by the methods that make many independent calls.

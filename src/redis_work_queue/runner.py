@@ -574,6 +574,13 @@ class Replace:
     job: Job
 
 
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """What a completion leased with it: (queue, item), or None when the queues were empty."""
+
+    found: tuple[Any, Item] | None
+
+
 Action = Op | Run | Pause | Handle | Replace
 Loop = Generator[Action, Any, Any]
 Listener = Callable[[str, Job], None]
@@ -591,6 +598,9 @@ class Core:
         options: The checked options.
         queues: The queues, highest priority first (``WorkQueue`` or ``AsyncWorkQueue``).
         lease_from: ``workqueue.lease_from`` or ``aio.lease_from``, to match the queues.
+        complete_and_lease: ``workqueue.complete_and_lease_from`` or its asyncio twin: a job
+            that succeeds is completed and the slot's next item leased in one call. None
+            completes in a call of its own.
         renews: Renew held leases (a process runner's parent leaves that to its children).
         describe: How the runner ends a timed-out handler, for the log.
     """
@@ -601,12 +611,14 @@ class Core:
         queues: Sequence[Any],
         lease_from: Callable[..., Any],
         *,
+        complete_and_lease: Callable[..., Any] | None = None,
         renews: bool = True,
         describe: str = "",
     ) -> None:
         self.options = options
         self.queues = list(queues)
         self.lease_from = lease_from
+        self.complete_and_lease = complete_and_lease
         self.renews = renews
         self.describe = describe
         self.stats = WorkerStats()
@@ -694,19 +706,27 @@ class Core:
         )
         look = Op(self.lease_from, (self.queues, self.options.lease_secs), {"block": False})
         busy = False
-        while not self.stop_flag.is_set():
-            failure: BaseException | None = None
-            begun = time.monotonic()
-            try:
-                leased = yield look if busy else wait
-            except Exception as err:
-                failure = err
-            if failure is not None:
-                yield from self._trouble(failure, attempt)
-                attempt += 1
-                continue
-            attempt = 0
-            self.outage.recovered(begun)
+        # What the last job's completion leased with it (it then stands for the next look, and
+        # is given back below if the worker is stopping).
+        ahead: Looked | None = None
+        while True:
+            if ahead is not None:
+                leased, ahead = ahead.found, None
+            elif self.stop_flag.is_set():
+                return
+            else:
+                failure: BaseException | None = None
+                begun = time.monotonic()
+                try:
+                    leased = yield look if busy else wait
+                except Exception as err:
+                    failure = err
+                if failure is not None:
+                    yield from self._trouble(failure, attempt)
+                    attempt += 1
+                    continue
+                attempt = 0
+                self.outage.recovered(begun)
             busy = leased is not None
             if leased is None:
                 continue
@@ -717,8 +737,11 @@ class Core:
             now = time.monotonic()
             limit = self.options.timeout
             job = Job(slot, queue, item, now, None if limit is None else now + limit, now)
-            if not (yield from self._work(job)):
+            went_on = yield from self._work(job)
+            if went_on is False:
                 return
+            if isinstance(went_on, Looked):
+                ahead = went_on
 
     def _give_back(self, queue: Any, item: Item) -> Loop:
         """Leased as the stop came: give it back uncounted, at the front of the line."""
@@ -738,8 +761,13 @@ class Core:
                 err,
             )
 
-    def _work(self, job: Job) -> Generator[Action, Any, bool]:
-        """Run the handler on a held job and write its outcome; False ends the slot's loop."""
+    def _work(self, job: Job) -> Generator[Action, Any, bool | Looked]:
+        """Run the handler on a held job and write its outcome.
+
+        Returns:
+            False to end the slot's loop; what the completion leased with it, if it did; else
+            True.
+        """
         self.held.hold(job)
         self._tell("start", job)
         error: Exception | None = None
@@ -758,6 +786,7 @@ class Core:
                 "%s returned after its timeout: its result is discarded", self._name(job)
             )
             return False
+        went_on: bool | Looked = True
         try:
             if self.abort_flag.is_set():
                 return False
@@ -773,21 +802,34 @@ class Core:
                 else:
                     yield from self.settle_failure(job, failure_reason(error), error)
             else:
-                yield from self._settle_success(job, lost=state == LOST)
+                went_on = yield from self._settle_success(job, lost=state == LOST)
         finally:
             self.held.drop(job)
             self._tell("end", job)
-        return True
+        return went_on
 
-    def _settle_success(self, job: Job, lost: bool) -> Loop:
-        """Complete the item; a lost reply is retried after reconnecting."""
+    def _settle_success(self, job: Job, lost: bool) -> Generator[Action, Any, bool | Looked]:
+        """Complete the item; a lost reply is retried after reconnecting.
+
+        Unless the worker is stopping, the slot's next item is leased in the same call (see
+        ``complete_and_lease_from``); the lease of a call whose reply was lost is left to run out.
+
+        Returns:
+            What was leased with the completion, or True when nothing was looked at.
+        """
         retried = False
         attempt = 0
+        went_on: bool | Looked = True
         while True:
             failure: BaseException | None = None
             begun = time.monotonic()
             try:
-                done = yield Op(job.queue.complete, (job.item,))
+                if self.complete_and_lease is None or self.stop_flag.is_set():
+                    done = yield Op(job.queue.complete, (job.item,))
+                else:
+                    args = (job.queue, job.item, self.queues, self.options.lease_secs)
+                    done, found = yield Op(self.complete_and_lease, args)
+                    went_on = Looked(found)
             except Exception as err:
                 failure = err
             if failure is None:
@@ -799,7 +841,7 @@ class Core:
                     failure,
                 )
                 self.count(lost=1)
-                return
+                return True
             retried = True
             yield from self._trouble(failure, attempt)
             attempt += 1
@@ -821,6 +863,7 @@ class Core:
         else:
             self.count(lost=1)
             logger.warning("%s was completed elsewhere", self._name(job))
+        return went_on
 
     def settle_failure(self, job: Job, reason: str, error: BaseException | None) -> Loop:
         """Release a failed item with its reason; log where it went (retry or dead letters).

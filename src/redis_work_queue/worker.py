@@ -56,7 +56,7 @@ from .runner import (
     drive,
     socket_timeout_for,
 )
-from .workqueue import WorkQueue, lease_from
+from .workqueue import WorkQueue, complete_and_lease_from, lease_from
 
 __all__ = [
     "CHILD_ABORT",
@@ -276,7 +276,14 @@ class Worker:
         return backoff_delay(self.backoff, self.max_backoff, deliveries)
 
     def _new_core(self, renews: bool, describe: str) -> Core:
-        core = Core(self.options, self.queues, lease_from, renews=renews, describe=describe)
+        core = Core(
+            self.options,
+            self.queues,
+            lease_from,
+            complete_and_lease=complete_and_lease_from,
+            renews=renews,
+            describe=describe,
+        )
         core.listener = self._listener
         self.worker_id = core.worker_id
         if self._stop.is_set():

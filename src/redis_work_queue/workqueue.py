@@ -16,6 +16,7 @@ from .queue_base import (
     FALLBACK_SLICE,
     PIPELINE_CHUNK,
     QueueBase,
+    complete_and_lease_steps,
     first_call,
     leasable_together,
     lease_from_steps,
@@ -31,7 +32,14 @@ from .results import (
 )
 
 #: The facade and its ``lease_from``; the shared layer's names stay importable from here.
-__all__ = ["FALLBACK_SLICE", "PIPELINE_CHUNK", "QueueBase", "WorkQueue", "lease_from"]
+__all__ = [
+    "FALLBACK_SLICE",
+    "PIPELINE_CHUNK",
+    "QueueBase",
+    "WorkQueue",
+    "complete_and_lease_from",
+    "lease_from",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -582,6 +590,43 @@ def lease_from(
         queues, lease_secs, block, timeout, at_most_once, max_block(db), together
     )
     return run(db, steps)
+
+
+def complete_and_lease_from(
+    db: SyncClient,
+    queue: WorkQueue,
+    item: Item,
+    queues: Sequence[WorkQueue],
+    lease_secs: float,
+) -> tuple[bool, tuple[WorkQueue, Item] | None]:
+    """Complete ``item`` of ``queue``, then lease the next item from ``queues``, in one call.
+
+    What a worker does between two jobs, in one round trip and one script call: the
+    completion is :meth:`WorkQueue.complete`'s, the lease is :func:`lease_from`'s with
+    ``block=False`` (it never waits). The item is completed before anything is leased, and
+    stays completed when the lease part fails.
+
+    It takes one script call when ``queue`` is one of ``queues`` (the same key prefix), the
+    queues can be leased from together (on Redis Cluster: they share a ``{hash tag}``) and
+    ``queue`` waits for no replicas; otherwise it completes, then leases, in two calls.
+
+    Args:
+        db: The Redis client.
+        queue: The queue of the item to complete.
+        item: The item to complete.
+        queues: The queues to lease from, highest priority first.
+        lease_secs: The length of the new lease, in seconds.
+
+    Returns:
+        Whether this call completed the item (as :meth:`WorkQueue.complete` returns), and the
+        (queue, item) leased, or None when the queues had nothing to lease.
+
+    Raises:
+        InvalidArgumentError: No queues, ``item`` is not an :class:`Item` or ``lease_secs``
+            is out of range; nothing was changed.
+    """
+    together = leasable_together(db, queues)
+    return run(db, complete_and_lease_steps(queue, item, queues, lease_secs, together))
 
 
 def _pipelined(db: SyncClient, calls: Sequence[ScriptCall]) -> list[bool]:

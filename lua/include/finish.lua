@@ -1,0 +1,97 @@
+-- finish: complete items (mark them done and remove every trace of them).
+--#include queue.lua
+-- Keys: P:item:<id>, P:lease:<id>, P:processing, P:delayed, P:deliveries, P:reasons, P:counts.
+-- Defines: finish.
+-- Keeps: exactly one call completes an item; no bookkeeping of an item is left behind; every key
+-- finish may write is type-checked before its first write (a lease key of another type is left
+-- alone). The id is looked for near the oldest end of the processing list first (completing in
+-- lease order), then near the newest end (short jobs among long ones); an entry found near
+-- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
+-- design's cleaners do), so completing one item never scans the whole list. A batch removes an
+-- entry per id (LREM), or, when its ids are the list's oldest entries (a batch completed as it
+-- was leased), those entries at once (LTRIM).
+
+-- How far from either end of the processing list an id is looked for. (As a string: the server
+-- formats a number argument with printf on every call.)
+local NEAR = '64'
+
+-- Complete the items ids (a list of ids) of queue q. Returns, per id, 1 when this call deleted
+-- its data key (it completed the item) and 0 when the item had already been completed (or had
+-- expired). Its reads and type checks come before its first write.
+local function finish(q, ids)
+  local items, leases, near = {}, {}, {}
+  for j, id in ipairs(ids) do
+    items[j] = q.item .. id
+    leases[j] = q.lease .. id
+  end
+  -- Which ids are near the oldest end: a look per id for one item, one read of that end (as
+  -- long as the batch, and NEAR more) for a batch. Either fails, before any write, on a
+  -- processing list of the wrong type. trim: the batch's ids, as many times as it names each,
+  -- are the oldest entries.
+  local trim = false
+  if #ids == 1 then
+    near[1] = redis.call('LPOS', q.processing, ids[1], 'RANK', '-1', 'MAXLEN', NEAR)
+  else
+    local window = redis.call('LRANGE', q.processing, -(#ids + NEAR), '-1')
+    local oldest, left = {}, {}
+    for _, entry in ipairs(window) do
+      oldest[entry] = true
+    end
+    for j, id in ipairs(ids) do
+      near[j] = oldest[id]
+      left[id] = (left[id] or 0) + 1
+    end
+    if #window >= #ids then
+      trim = true
+      for k = #window - #ids + 1, #window do
+        local entry = window[k]
+        if not left[entry] or left[entry] == 0 then
+          trim = false
+          break
+        end
+        left[entry] = left[entry] - 1
+      end
+    end
+  end
+  -- The leases and delays of all the items at once (a lease key of another type reads as none
+  -- and is left alone).
+  local held = redis.call('MGET', unpack(leases))
+  local delayed, live = {}, {}
+  for j, value in ipairs(held) do
+    if value then
+      live[#live + 1] = leases[j]
+    end
+    if value == DELAY_TOKEN then
+      delayed[#delayed + 1] = ids[j]
+    end
+  end
+  -- Every key the call may write is checked before its first write.
+  local sets = #delayed > 0 and {q.delayed} or {}
+  check_types('string', items, 'hash', {q.deliveries, q.reasons, q.counts}, 'zset', sets)
+  local done, completed = {}, 0
+  for j, id in ipairs(ids) do
+    done[j] = redis.call('DEL', items[j])
+    completed = completed + done[j]
+    if not trim then
+      if near[j] then
+        redis.call('LREM', q.processing, '-1', id)
+      elseif #ids > 1 or redis.call('LPOS', q.processing, id, 'MAXLEN', NEAR) then
+        redis.call('LREM', q.processing, '1', id)
+      end
+    end
+  end
+  if trim then
+    -- The batch's entries, the oldest #ids, at once.
+    redis.call('LTRIM', q.processing, '0', -(#ids + 1))
+  end
+  if #delayed > 0 then
+    redis.call('ZREM', q.delayed, unpack(delayed))
+  end
+  if #live > 0 then
+    redis.call('DEL', unpack(live))
+  end
+  redis.call('HDEL', q.deliveries, unpack(ids))
+  redis.call('HDEL', q.reasons, unpack(ids))
+  count(q, 'completed', completed)
+  return done
+end
