@@ -92,17 +92,13 @@ for i = 1, NQ do
   end
   promote(q, now, BUDGET)
   while #out < wanted and budget > 0 do
-    -- The oldest ids (at the tail), oldest first, and their data, in one call each. The ids are
-    -- read before they are taken (RPOP, below): their dead letters are checked first, and a
-    -- script that has run a write may write past maxmemory, so on an empty queue a blocked
+    -- The oldest ids (at the tail; the oldest is the last) and their data, in one call each. The
+    -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
+    -- and a script that has run a write may write past maxmemory, so on an empty queue a blocked
     -- worker's registration must be the first write, for the server to refuse it when full.
-    local tail = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), '-1')
-    if #tail == 0 then
+    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), '-1')
+    if #ids == 0 then
       break
-    end
-    local ids = {}
-    for j = #tail, 1, -1 do
-      ids[#ids + 1] = tail[j]
     end
     local keys = {}
     for j, id in ipairs(ids) do
@@ -122,7 +118,7 @@ for i = 1, NQ do
     end
     redis.call('RPOP', q.queue, #ids)
     local taken_ids, counts, handed = {}, {}, {}
-    for j = 1, #ids do
+    for j = #ids, 1, -1 do -- oldest first
       local id, value = ids[j], data[j]
       if once and handed[id] then
         value = false

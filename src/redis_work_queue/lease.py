@@ -237,6 +237,9 @@ def complete_and_lease(
 ) -> Steps[tuple[bool, list[tuple[int, Item]]]]:
     """Complete queue ``index``'s item ``item_id``, then lease without blocking, in one call.
 
+    ``request`` is a lease that does not block (the script does not register a waiter with a
+    completion).
+
     The script completes the item before it leases anything (the completion is not undone when
     the lease part fails). A lease that spends its budget on ids it drops or buries goes on with
     plain lease calls.
@@ -244,8 +247,6 @@ def complete_and_lease(
     Returns:
         Whether this call completed the item, and the (queue index, item) pairs leased.
     """
-    if request.block:
-        raise ValueError("a lease that comes with a completion does not block")
     plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
     token = new_token()
     done, reply = yield plan.lease(request, token, request.chunk, finish=(index, item_id))

@@ -183,7 +183,15 @@ def complete_and_lease_steps(
     index = next((i for i, q in enumerate(queues) if q.ops.keys.prefix == prefix), None)
     if index is None or not together or queue.ops.replicas:
         done = yield from queue.ops.complete_one(item)
-        leased = yield from lease_from_steps(queues, lease_secs, False, 0, False, 60.0, together)
+        leased = yield from lease_from_steps(
+            queues,
+            lease_secs,
+            block=False,
+            timeout=0,
+            at_most_once=False,
+            max_block=0,
+            together=together,
+        )
         return done, leased
     ops = [q.ops for q in queues]
     done, rows = yield from complete_and_lease(ops, index, item.id(), request)
