@@ -5,9 +5,10 @@
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand the item out at most once,
 -- arg(4) the id that was moved, arg(5) the caller's waiter id, arg(6) max deliveries
--- Returns {{queue index, id, data, deliveries, ms leased}}, or 0 when the id cannot be handed
--- out: a cleaner already gave it back to the main queue (it is no longer on the processing list),
--- it is no longer an item, it is a stray copy of a leased item, or it was buried.
+-- Returns {1 (the queue's index), id, data, deliveries, ms leased}, as lease.lua replies; or 0
+-- when the id cannot be handed out: a cleaner already gave it back to the main queue (it is no
+-- longer on the processing list), it is no longer an item, it is a stray copy of a leased item,
+-- or it was buried.
 -- Keeps: every key the call may write is type-checked before its first write (a lease key of
 -- another type reads as held by another worker); a wrong type fails the call with the move
 -- undone. An id is leased only while it is on the processing list, so a cleaner that requeued it
@@ -43,15 +44,15 @@ if err then
   end
   error(err, 0)
 end
-local taken = take(Q, id, data, ms, token .. '@' .. now, max, once, now)
-if taken then
+local n = take(Q, id, data, ms, token .. '@' .. now, max, once, now)
+if n then
   if waiter ~= '' then
     leave(Q, waiter, now)
   end
   if once then
     redis.call('LREM', Q.processing, 1, id)
   end
-  return {taken}
+  return {1, id, data, n, now}
 end
 -- Remove the entry the move made, but never the only entry of an item that another worker has
 -- leased since (a clean requeued the id before this claim, and that worker leased it).

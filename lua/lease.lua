@@ -18,9 +18,10 @@
 -- arg(8+i) queue i's max deliveries (0: no limit); then, optionally, a completion that comes with
 -- the lease (a worker completes its item and looks for the next in one call, never a blocking
 -- one: arg(6) is then 0): arg(9+n) the index of the completed item's queue and arg(10+n) its id
--- Returns a list of {queue index, id, data, deliveries, ms leased}, one per item handed out;
--- when there is none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN
--- when the budget ran out on ids dropped or buried (none handed out): the caller calls again.
+-- Returns, when items are handed out, one flat list: queue index, id, data and deliveries of
+-- each item in turn, then the ms they were leased at (one time for the call); when there is
+-- none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN when the budget
+-- ran out on ids dropped or buried (none handed out): the caller calls again.
 -- With a completion: {1 when this call completed the item (0 when it was done already), that
 -- reply}.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
@@ -44,9 +45,9 @@ local budget = BUDGET
 local now = now_ms()
 -- Every lease of the call has the value token@now, made once.
 local stamp = token .. '@' .. now
-local out = {}
--- Every key the call may write is checked before its first write (promote reads the first
--- queue's delayed set before it writes). A data key of another type reads as none (the id is
+-- The reply's rows, flat (four entries per item), and how many items they hold.
+local out, got = {}, 0
+-- Every key the call may write is checked before its first write. A data key of another type reads as none (the id is
 -- dropped), a lease key of another type as a live lease (the id is a stray copy): neither is
 -- written.
 -- Each queue's key names, made once for the call.
@@ -58,23 +59,32 @@ end
 -- first write are then checked here too (the first queue's delayed set; with max deliveries,
 -- the dead set and counters its burials write).
 local finishing = arg(9 + NQ) ~= nil
+-- Otherwise (and unless a registered caller's marker is dropped first), the first queue's
+-- delayed set, main queue and wake list are read before they may be written: promote reads the
+-- delayed set and checks the other two before it writes (when items are due), and the ids are
+-- read off the main queue before they are taken.
+local first_reads = not finishing and not registered
 for i = 1, NQ do
   local q = queues[i]
-  local delayed = (i > 1 or finishing) and {q.delayed} or {}
-  check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset', delayed)
+  if i == 1 and first_reads then
+    check_types('list', {q.processing}, 'hash', {q.deliveries, q.reasons})
+  else
+    check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset',
+      {q.delayed})
+  end
   if finishing and tonumber(arg(8 + i)) > 0 then
     check_types('zset', {q.dead}, 'hash', {q.counts})
   end
   if register_ms > 0 or registered then
     check_types('zset', {q.waiting}, 'list', {q.wake})
-  else
+  elseif i > 1 or not first_reads then
     check_wake(q)
   end
 end
 -- The completion, if any, before anything is leased (finish.lua).
 local finished
 if finishing then
-  finished = finish(queues[tonumber(arg(9 + NQ))], {arg(10 + NQ)})[1]
+  finished = finish(queues[tonumber(arg(9 + NQ))], {arg(10 + NQ)}, true)[1]
 end
 -- The call's reply, with the completion's outcome when there is one.
 local function answer(value)
@@ -90,13 +100,13 @@ for i = 1, NQ do
     -- The caller looks again after a wait: a wake-up meant for it may have been taken.
     drop_marker(q)
   end
-  promote(q, now, BUDGET)
-  while #out < wanted and budget > 0 do
+  promote(q, now, BUDGET, i == 1 and first_reads)
+  while got < wanted and budget > 0 do
     -- The oldest ids (at the tail; the oldest is the last) and their data, in one call each. The
     -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
     -- and a script that has run a write may write past maxmemory, so on an empty queue a blocked
     -- worker's registration must be the first write, for the server to refuse it when full.
-    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - #out, budget), '-1')
+    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - got, budget), '-1')
     if #ids == 0 then
       break
     end
@@ -123,17 +133,19 @@ for i = 1, NQ do
       if once and handed[id] then
         value = false
       end
-      local taken, leased = take(q, id, value, ms, stamp, max, once, now, seen and seen[j])
+      local n, leased = take(q, id, value, ms, stamp, max, once, now, seen and seen[j])
       if leased then
         watch(q, id)
       end
-      if taken then
-        out[#out + 1] = taken
+      if n then
+        local k = #out
+        out[k + 1], out[k + 2], out[k + 3], out[k + 4] = q.index, id, value, n
+        got = got + 1
         handed[id] = true
         taken_ids[#taken_ids + 1] = id
         counts[#counts + 1] = id
         -- A first delivery's count as a string: the server formats a number with printf.
-        counts[#counts + 1] = taken[4] == 1 and '1' or taken[4]
+        counts[#counts + 1] = n == 1 and '1' or n
       else
         budget = budget - 1
       end
@@ -145,16 +157,17 @@ for i = 1, NQ do
       end
     end
   end
-  if #out >= wanted then
+  if got >= wanted then
     break
   end
 end
-if registered and (#out > 0 or register_ms == 0) then
+if registered and (got > 0 or register_ms == 0) then
   for i = 1, NQ do
     leave(queues[i], waiter, now)
   end
 end
-if #out > 0 then
+if got > 0 then
+  out[#out + 1] = now
   return answer(out)
 end
 if budget <= 0 then

@@ -331,6 +331,6 @@ def test_claim_script_returns_nothing_once_the_id_was_requeued(
     assert not db.exists("lease:lease:late-claim")
     # While the id is still on the processing list the same call does lease it.
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
-    [row] = protocol.execute(db, claim)
+    row = protocol.execute(db, claim)
     assert [row[0], bytes(row[1]), bytes(row[2]), row[3]] == [1, b"late-claim", b"d", 1]
     assert get(db, "lease:lease:late-claim") == b"token@%d" % row[4]

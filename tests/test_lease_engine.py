@@ -57,8 +57,8 @@ def test_the_lease_script_spends_the_budget_it_is_given(db: redis.Redis) -> None
 
     assert run(db, look(3)) == CALL_AGAIN  # three gone ids dropped, nothing handed out
     assert db.llen(KEYS.queue) == 3
-    [row] = run(db, look(3))  # two more dropped, then the item
-    assert row[1] == b"real"
+    index, item_id, data, deliveries, _at = run(db, look(3))  # two more dropped, then the item
+    assert (index, item_id, data, deliveries) == (1, b"real", b"real", 1)
     assert run(db, look(3)) == -1  # nothing left, nothing delayed
 
 
@@ -143,10 +143,10 @@ def test_a_claim_after_a_wake_up_takes_the_rest_without_waiting() -> None:
     claim = steps.send(b"a")
     assert isinstance(claim, ScriptCall)
     assert claim.script.name == "claim"
-    rest = _lease_args(steps.send([[1, b"a", b"data", 1, 7]]))
+    rest = _lease_args(steps.send([1, b"a", b"data", 1, 7]))
     assert (rest["want"], rest["register_ms"], rest["registered"]) == (2, 0, "0")
     with pytest.raises(StopIteration) as done:
-        steps.send([[1, b"b", b"more", 1, 8]])
+        steps.send([1, b"b", b"more", 1, 8])
     leased = done.value.value
     assert [(i, item.id(), item.lease_token) for i, item in leased] == [
         (0, "a", f"{token}@7"),

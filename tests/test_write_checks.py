@@ -178,6 +178,14 @@ def _delivered_twice(db: redis.Redis, *ids: str) -> None:
         db.hset(KEYS.deliveries, item_id, 2)
 
 
+def _due(db: redis.Redis, waiting: bool = False) -> None:
+    # ``later`` falls due: a lease promotes it (and wakes a registered worker, with ``waiting``).
+    db.zadd(KEYS.delayed, {"later": 1})
+    if waiting:
+        db.zadd(KEYS.waiting, {"someone": int(time.time() * 1000) + 60_000})
+        db.pexpire(KEYS.waiting, 60_000)
+
+
 def _release_undo(s: State) -> Any:
     # The runners' release of an item they never started (WorkQueue has no public undo).
     return run(s.db, q().ops.release(s.held, 0, "stopping", undo=True))
@@ -270,6 +278,19 @@ OPS = [
         "a",
         lambda s: q().lease(s.db, LEASE_SECS, block=False, at_most_once=True),
     ),
+    Op(
+        "lease-promote",
+        "later",
+        lambda s: q().lease(s.db, LEASE_SECS, block=False),
+        queued=False,
+        prepare=_due,
+    ),
+    Op(
+        "lease-promote-wake",
+        "later",
+        lambda s: q().lease(s.db, LEASE_SECS, block=False),
+        prepare=lambda db: _due(db, waiting=True),
+    ),
     Op("lease_many", "a", lambda s: q().lease_many(s.db, LEASE_SECS, 5, block=False)),
     Op("renew", "held", lambda s: q().renew(s.db, s.held, LEASE_SECS)),
     Op("release", "held", lambda s: q().release(s.db, s.held, reason="again")),
@@ -285,6 +306,11 @@ OPS = [
         "complete_many",
         "held",
         lambda s: q().complete_many(s.db, [Item(b"", id="stale"), s.held]),
+    ),
+    Op(
+        "complete_many-twice",
+        "held",
+        lambda s: q().complete_many(s.db, [s.held, Item(b"", id="lost"), s.held]),
     ),
     Op("complete_held", "held", _complete_held),
     Op(

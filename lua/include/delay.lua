@@ -28,11 +28,16 @@ end
 -- due) is queued too, unless a cleaner of another implementation queued it meanwhile (or a worker
 -- leased it: then it has a lease again). Its first call reads the delayed set, and the leases are
 -- read before anything is written (a lease key of another type reads as none and is left alone);
--- the caller checks the lists and the wake list (check_wake) beforehand.
-local function promote(q, now, budget)
+-- the caller checks the lists and the wake list (check_wake) beforehand, or, with unchecked, the
+-- processing list only: promote then checks the main queue and the wake list before it writes.
+local function promote(q, now, budget, unchecked)
   local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', '0', budget)
   if #due == 0 then
     return 0
+  end
+  if unchecked then
+    check_types('list', {q.queue})
+    check_wake(q)
   end
   local leases = {}
   for i, id in ipairs(due) do

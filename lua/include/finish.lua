@@ -17,8 +17,9 @@ local NEAR = '64'
 
 -- Complete the items ids (a list of ids) of queue q. Returns, per id, 1 when this call deleted
 -- its data key (it completed the item) and 0 when the item had already been completed (or had
--- expired). Its reads and type checks come before its first write.
-local function finish(q, ids)
+-- expired). Its reads and type checks come before its first write; checked is true when the
+-- caller has checked the bookkeeping hashes (P:deliveries, P:reasons) already.
+local function finish(q, ids, checked)
   local items, leases, near = {}, {}, {}
   for j, id in ipairs(ids) do
     items[j] = q.item .. id
@@ -56,23 +57,41 @@ local function finish(q, ids)
   -- The leases and delays of all the items at once (a lease key of another type reads as none
   -- and is left alone).
   local held = redis.call('MGET', unpack(leases))
-  local delayed, live = {}, {}
+  -- doomed: the keys the call deletes, in one DEL (every live lease, then the data keys).
+  local delayed, doomed = {}, {}
   for j, value in ipairs(held) do
     if value then
-      live[#live + 1] = leases[j]
+      doomed[#doomed + 1] = leases[j]
     end
     if value == DELAY_TOKEN then
       delayed[#delayed + 1] = ids[j]
     end
   end
-  -- Every key the call may write is checked before its first write.
+  -- Every key the call may write is checked before its first write. The data keys' reads tell
+  -- which items exist too (an empty one reads as none: EXISTS then tells), so that they and the
+  -- leases go in one DEL; an id named twice is completed once.
   local sets = #delayed > 0 and {q.delayed} or {}
-  check_types('string', items, 'hash', {q.deliveries, q.reasons, q.counts}, 'zset', sets)
-  local done, completed = {}, 0
-  for j, id in ipairs(ids) do
-    done[j] = redis.call('DEL', items[j])
-    completed = completed + done[j]
-    if not trim then
+  local hashes = checked and {q.counts} or {q.deliveries, q.reasons, q.counts}
+  local done, gone, completed = {}, {}, 0
+  for j, key in ipairs(items) do
+    local size = redis.pcall('STRLEN', key)
+    if type(size) == 'table' then
+      check_types('string', {key})
+    end
+    done[j] = 0
+    if not gone[key] and (size > 0 or redis.call('EXISTS', key) == 1) then
+      gone[key] = true
+      done[j] = 1
+      completed = completed + 1
+      doomed[#doomed + 1] = key
+    end
+  end
+  check_types('hash', hashes, 'zset', sets)
+  if trim then
+    -- The batch's entries, the oldest #ids, at once.
+    redis.call('LTRIM', q.processing, '0', -(#ids + 1))
+  else
+    for j, id in ipairs(ids) do
       if near[j] then
         redis.call('LREM', q.processing, '-1', id)
       elseif #ids > 1 or redis.call('LPOS', q.processing, id, 'MAXLEN', NEAR) then
@@ -80,15 +99,11 @@ local function finish(q, ids)
       end
     end
   end
-  if trim then
-    -- The batch's entries, the oldest #ids, at once.
-    redis.call('LTRIM', q.processing, '0', -(#ids + 1))
-  end
   if #delayed > 0 then
     redis.call('ZREM', q.delayed, unpack(delayed))
   end
-  if #live > 0 then
-    redis.call('DEL', unpack(live))
+  if #doomed > 0 then
+    redis.call('DEL', unpack(doomed))
   end
   redis.call('HDEL', q.deliveries, unpack(ids))
   redis.call('HDEL', q.reasons, unpack(ids))

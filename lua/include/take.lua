@@ -38,11 +38,11 @@ end
 
 -- Hand out an id just taken off the main queue (data: its data key's value, read before the id
 -- was taken; a data key of another type reads as none, and the id is dropped). The caller checks
--- the bookkeeping hashes beforehand, and bury_keys. Returns
--- {queue index, id, data, deliveries, ms leased}, or nil when the id is not an item any more, is
--- a copy of a leased item (then nil, true: see stray.lua), or has been delivered max times (it
--- is then buried). With once, the item is removed as it is handed out (at most once); otherwise
--- it is leased for ms with the lease value stamp ('<token>@<now>', made once by the caller).
+-- the bookkeeping hashes beforehand, and bury_keys. Returns the item's delivery count (this
+-- delivery's), or nil when the id is not an item any more, is a copy of a leased item (then nil,
+-- true: see stray.lua), or has been delivered max times (it is then buried). With once, the item
+-- is removed as it is handed out (at most once); otherwise it is leased for ms with the lease
+-- value stamp ('<token>@<now>', made once by the caller).
 -- seen, when given, is the id's delivery count read from P:deliveries (HMGET: false for none)
 -- before any id of the call was taken: the new count is not written then, and the caller writes
 -- those of the ids handed out (see lease.lua); else it is counted here.
@@ -75,5 +75,5 @@ local function take(q, id, data, ms, stamp, max, once, now, seen)
     redis.call('DEL', q.item .. id)
     forget(q, id)
   end
-  return {q.index, id, data, n, now}
+  return n
 end

@@ -219,7 +219,8 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
         this_round = waiter.next_round() if waiter is not None else None
         look = yield from _take_now(plan, request, token, waiter, this_round)
         if isinstance(look, list):
-            rows, more = look, len(look) == request.chunk
+            got = _leased(look, token, request.at_most_once)
+            more = len(got) == request.chunk
         else:
             if waiter is None or this_round is None or this_round.left <= MIN_WAIT_SECS:
                 return []
@@ -227,8 +228,7 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
             if claimed is None:
                 continue
             # What woke us may have brought more: take it too, without waiting.
-            rows, more = claimed, True
-        got = [_leased(row, token, request.at_most_once) for row in rows]
+            got, more = _leased(claimed, token, request.at_most_once), True
         return (yield from _take_rest(plan, request, got, more))
 
 
@@ -254,8 +254,8 @@ def complete_and_lease(
         return bool(done), (yield from lease_items(queues, request))
     if not isinstance(reply, list):
         return bool(done), []
-    got = [_leased(row, token, request.at_most_once) for row in reply]
-    more = len(reply) == request.chunk
+    got = _leased(reply, token, request.at_most_once)
+    more = len(got) == request.chunk
     return bool(done), (yield from _take_rest(plan, request, got, more))
 
 
@@ -269,8 +269,8 @@ def _take_now(
     """Phase one: look at the queues, registering as a blocked worker when a wait may follow.
 
     Returns:
-        The rows handed out; or, when there are none, the ms until the next delayed item is due
-        (-1 when none is).
+        The reply that handed items out; or, when there are none, the ms until the next delayed
+        item is due (-1 when none is).
     """
     register_ms = this_round.register_ms if this_round is not None else 0
     while True:
@@ -300,7 +300,7 @@ def _wait(
     ``due_ms`` is the look's reply: the ms until the next delayed item is due, or -1.
 
     Returns:
-        The claimed rows when one queue's blocking pop brought an item; None to look again.
+        The claim's reply when one queue's blocking pop brought an item; None to look again.
     """
     slice_secs = this_round.slice_secs
     if due_ms >= 0:
@@ -334,13 +334,21 @@ def _take_rest(
             continue
         if not isinstance(reply, list):
             break
-        got += (_leased(row, token, request.at_most_once) for row in reply)
-        more = len(reply) == want
+        taken = _leased(reply, token, request.at_most_once)
+        got += taken
+        more = len(taken) == want
     return got
 
 
-def _leased(row: list[Any], token: str, at_most_once: bool) -> tuple[int, Item]:
-    """The (queue index, item) of one row of a lease or claim reply."""
-    index, raw_id, data, deliveries, leased_at = row
-    lease_token = None if at_most_once else f"{token}@{leased_at}"
-    return index - 1, Item.handed_out(decode(raw_id), data, deliveries, lease_token)
+def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int, Item]]:
+    """The (queue index, item) pairs of a lease or claim reply.
+
+    The reply is flat: queue index (from 1), id, data and delivery count of each item in turn,
+    then the ms the items were leased at.
+    """
+    lease_token = None if at_most_once else f"{token}@{reply[-1]}"
+    handed_out = Item.handed_out
+    return [
+        (reply[k] - 1, handed_out(decode(reply[k + 1]), reply[k + 2], reply[k + 3], lease_token))
+        for k in range(0, len(reply) - 1, 4)
+    ]
