@@ -378,3 +378,77 @@ def test_a_connection_past_descriptor_1023_is_taken_from_the_pool(server: Proc, 
         for fd in held:
             os.close(fd)
     assert sent.packets  # the lean path (EVALSHA, EVAL on a flushed script cache, EVALSHA)
+
+
+# Packing ------------------------------------------------------------------------------------
+
+
+def _redis_py_packed(*args: Any) -> bytes:
+    # Text as pack sends it (UTF-8, surrogateescape: an id read back as bytes round-trips).
+    args = tuple(a.encode("utf-8", "surrogateescape") if isinstance(a, str) else a for a in args)
+    return b"".join(redis.Connection().pack_command(*args))
+
+
+PACK_ARGS: list[Any] = [
+    "p",
+    "",
+    "30000",
+    "é",
+    "\udcff-surrogate",
+    "x" * wire._KEPT_ARG,
+    "x" * (wire._KEPT_ARG + 1),
+    0,
+    -7,
+    30_000,
+    10**30,
+    b"",
+    b"\x00\xff",
+    1.5,
+    b"b" * (wire._BIG_ARG + 1),
+    "s" * (wire._BIG_ARG + 1),
+]
+
+
+@pytest.mark.parametrize("arg", PACK_ARGS, ids=lambda a: f"{type(a).__name__}-{len(str(a))}")
+def test_pack_gives_redis_py_s_bytes_first_and_when_kept(arg: Any) -> None:
+    head = wire.head(b"EVALSHA", b"0" * 40, ["k"])
+    want = _redis_py_packed("EVALSHA", "0" * 40, 1, "k", arg, "id", arg)
+    for _ in range(2):  # packed, then (short text and integers) taken from what was kept
+        packed = wire.pack(head, 4, [arg, "id", arg])
+        assert packed is not None
+        assert b"".join(packed) == want
+
+
+def test_pack_keeps_text_and_integers_apart_and_bounded() -> None:
+    head = wire.head(b"EVALSHA", b"0" * 40, [])
+    for arg, other in (("1", 1), ("-1", -1)):
+        got = wire.pack(head, 3, [arg, other, arg, other])
+        assert got is not None
+        assert b"".join(got) == _redis_py_packed("EVALSHA", "0" * 40, 0, arg, other, arg, other)
+    # Ids and tokens pass through too: the store is emptied when full, never grows past it.
+    for n in range(3 * wire._MAX_KEPT):
+        got = wire.pack(head, 3, [f"id-{n}", n])
+        assert got is not None
+        assert b"".join(got) == _redis_py_packed("EVALSHA", "0" * 40, 0, f"id-{n}", n)
+        assert len(wire._PACKED) <= wire._MAX_KEPT
+    assert wire.pack(head, 3, [True]) is None  # not an int: redis-py's path raises its error
+    assert wire.pack(head, 3, [object()]) is None
+
+
+# Reading ------------------------------------------------------------------------------------
+
+#: A completion with a lease's reply: 1 (completed), then the flat lease reply (queue index,
+#: id, data, deliveries; the lease time), a null, an empty bulk string and a nested array.
+WHOLE_REPLY = (
+    b"*5\r\n:1\r\n*5\r\n:1\r\n$4\r\nid-1\r\n$5\r\nda\r\nt\r\n:2\r\n:1795479556590\r\n"
+    b"$-1\r\n$0\r\n\r\n*2\r\n*1\r\n:-3\r\n+OK\r\n"
+)
+WHOLE_VALUE = [1, [1, b"id-1", b"da\r\nt", 2, 1795479556590], None, b"", [[-3], b"OK"]]
+
+
+def test_a_reply_is_parsed_only_when_whole() -> None:
+    parser = redis.Connection()._parser
+    assert wire._whole_reply(parser, WHOLE_REPLY) == (WHOLE_VALUE, len(WHOLE_REPLY))
+    assert wire._whole_reply(parser, WHOLE_REPLY + b"+next\r\n") == (WHOLE_VALUE, len(WHOLE_REPLY))
+    for cut in range(1, len(WHOLE_REPLY)):
+        assert wire._whole_reply(parser, WHOLE_REPLY[:cut]) is None, cut

@@ -113,6 +113,12 @@ _COMMAND_METHODS = ("execute_command", "_execute_command", "parse_response")
 _BIG_ARG = 16384
 #: The most command prefixes cached per script (one per queue or list of queues leased).
 _MAX_HEADS = 256
+#: Text and integer arguments packed once and kept, by (type, value), when at most _KEPT_ARG
+#: bytes long; the store is emptied when it holds _MAX_KEPT (the ids and tokens that also pass
+#: through it are each sent once).
+_PACKED: dict[tuple[type, Any], bytes] = {}
+_KEPT_ARG = 20
+_MAX_KEPT = 1024
 
 
 # Packing -------------------------------------------------------------------------------------
@@ -139,17 +145,29 @@ def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
     ``surrogateescape``, so that ids read back as bytes round-trip), numbers as redis-py
     encodes them. Returns None for an argument of another type (the caller then sends the call
     through redis-py, which raises the error it raises for it).
+
+    Short text and integers, most of them the same on every call of a queue (its prefix, the
+    lease length, flags), are packed once and kept (:data:`_PACKED`).
     """
     parts = [b"*%d\r\n" % (count + len(args)), head]
     out: list[bytes] = []
+    packed = _PACKED
     for arg in args:
         kind = type(arg)
-        if kind is bytes:
+        if kind is str or kind is int:
+            bulk = packed.get((kind, arg))
+            if bulk is not None:
+                parts.append(bulk)
+                continue
+            value = arg.encode("utf-8", "surrogateescape") if kind is str else b"%d" % arg
+            if len(value) <= _KEPT_ARG:
+                if len(packed) >= _MAX_KEPT:
+                    packed.clear()
+                bulk = packed[(kind, arg)] = b"$%d\r\n%b\r\n" % (len(value), value)
+                parts.append(bulk)
+                continue
+        elif kind is bytes:
             value = arg
-        elif kind is str:
-            value = arg.encode("utf-8", "surrogateescape")
-        elif kind is int:
-            value = b"%d" % arg
         elif kind is float:
             value = repr(arg).encode()
         else:
@@ -411,14 +429,28 @@ def _parse(data: bytes, pos: int) -> tuple[Any, int]:  # noqa: PLR0911 - one per
         if count < 0:
             return None, end + 2
         pos = end + 2
-        items = []
+        items: list[Any] = []
+        size_of = len(data)
         for _ in range(count):
-            if data[pos] == 58:  # an integer, the most common element
+            # Integers and bulk strings, the usual elements, here; anything else by a call.
+            element = data[pos]
+            if element == 58 or element == 36:  # noqa: PLR1714 - bytes compare as ints
                 end = data.find(b"\r\n", pos)
                 if end < 0:
                     raise _DEFER
-                items.append(int(data[pos + 1 : end]))
-                pos = end + 2
+                number = int(data[pos + 1 : end])
+                if element == 58:
+                    items.append(number)
+                    pos = end + 2
+                elif number < 0:
+                    items.append(None)
+                    pos = end + 2
+                else:
+                    start = end + 2
+                    pos = start + number + 2
+                    if pos > size_of:
+                        raise _DEFER
+                    items.append(data[start : pos - 2])
             else:
                 value, pos = _parse(data, pos)
                 items.append(value)
