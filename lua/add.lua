@@ -14,34 +14,63 @@
 -- left by a client of another implementation is dropped); a delayed item holds a delay lease,
 -- so no cleaner queues it early; every key the call may write is type-checked before its first
 -- write.
-local unique, delay, at, ttl = arg(1) ~= '0', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
+-- overwrite: no existence check (an existing item's data is replaced and its id queued again).
+local overwrite, delay, at, ttl = arg(1) ~= '0', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
 local now, due = 0, 0
 if delay > 0 or at > 0 then
   now = now_ms()
   due = at > 0 and at or now + delay
 end
--- Every key the call may write is checked before its first write. Without the existence check,
--- the first item's SET ... GET fails by itself on a data key of the wrong type (with the check, SET
--- NX leaves such a key alone: that item is not added); a delayed item's lease key is replaced.
-local strings = {}
+-- Every key the call may write is checked before its first write. A single item's SET fails by
+-- itself on a data key of the wrong type (SET ... GET), or leaves it alone (SET NX: the item is
+-- not added). Several items' data keys are read at once: when every one that exists holds a
+-- string (as it does but for a key written by something else), whether each item is new is
+-- known, and the new data goes in one MSET (one SET each with a time to live); otherwise the
+-- call fails as a single SET ... GET would, or, with the existence check, goes on one SET NX at
+-- a time. A delayed item's lease key is replaced.
+local items, leases = {}, {}
 for i = NQ + 5, #ARGV, 2 do
-  if unique and i > NQ + 5 then
-    strings[#strings + 1] = Q.item .. ARGV[i]
-  end
+  items[#items + 1] = Q.item .. ARGV[i]
   if due > now then
-    strings[#strings + 1] = Q.lease .. ARGV[i]
+    leases[#leases + 1] = Q.lease .. ARGV[i]
+  end
+end
+-- olds: each data key's value before the call (several items); known: olds tells which exist.
+local olds, known
+if #items > 1 then
+  olds, known = read_strings(items)
+  if overwrite and not known then
+    check_types('string', items)
   end
 end
 local sets = due > now and {Q.delayed} or {}
-check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets,
-  'string', strings)
+check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
+if #leases > 1 then
+  local _, strings = read_strings(leases)
+  if not strings then
+    check_types('string', leases)
+  end
+else
+  check_types('string', leases)
+end
 check_wake(Q)
-local added, ready, fresh_ids, written = {}, {}, {}, 0
-for i = NQ + 5, #ARGV, 2 do
-  local id, data = ARGV[i], ARGV[i + 1]
-  local key = Q.item .. id
+-- An item is written (ok) unless the existence check finds its id (or an earlier copy of it in
+-- the batch: the first copy wins); it is fresh when it is new (its bookkeeping is dropped).
+local added, later, ready, fresh_ids, writes, seen, written = {}, {}, {}, {}, {}, {}, 0
+for k, key in ipairs(items) do
+  local id, data = ARGV[NQ + 3 + 2 * k], ARGV[NQ + 4 + 2 * k]
   local ok, fresh
-  if unique then
+  if known then
+    ok = overwrite or not (olds[k] or seen[key])
+    fresh = ok and not olds[k]
+    seen[key] = true
+    if ok and ttl > 0 then
+      redis.call('SET', key, data, 'PX', ttl)
+    elseif ok then
+      writes[#writes + 1] = key
+      writes[#writes + 1] = data
+    end
+  elseif overwrite then
     local old
     if ttl > 0 then
       old = redis.call('SET', key, data, 'PX', ttl, 'GET')
@@ -62,18 +91,29 @@ for i = NQ + 5, #ARGV, 2 do
   end
   if ok then
     if due > now then
-      schedule(Q, id, due, now)
+      later[#later + 1] = id
     else
       ready[#ready + 1] = id
     end
-    added[#added + 1] = 1
+    added[k] = 1
     written = written + 1
   else
-    added[#added + 1] = 0
+    added[k] = 0
   end
 end
-if #fresh_ids > 0 then
+if #writes > 0 then
+  -- An id named twice without the existence check keeps its last data, as one SET after
+  -- another would.
+  redis.call('MSET', unpack(writes))
+end
+for _, id in ipairs(later) do
+  schedule(Q, id, due, now)
+end
+-- (A bookkeeping hash found empty by the checks has nothing to drop.)
+if #fresh_ids > 0 and SIZES[Q.deliveries] ~= 0 then
   redis.call('HDEL', Q.deliveries, unpack(fresh_ids))
+end
+if #fresh_ids > 0 and SIZES[Q.reasons] ~= 0 then
   redis.call('HDEL', Q.reasons, unpack(fresh_ids))
 end
 if #ready > 0 then

@@ -144,6 +144,58 @@ def test_add_items_unique_skips_the_check(db: redis.Redis) -> None:
     assert raw(db, "GET", "batch:item:u") == b"2"
 
 
+@pytest.mark.parametrize("ttl", [None, 300])
+@pytest.mark.parametrize("unique", [False, True])
+def test_add_items_keeps_and_drops_bookkeeping_as_add_item_does(
+    db: redis.Redis, unique: bool, ttl: float | None
+) -> None:
+    """Existing items (one with a delivery count), a new id with a count left behind by another
+    client, duplicates: the batch and one call per item leave the same keys, with or without
+    the existence check and a time to live."""
+    batch, single = WorkQueue(BATCH), WorkQueue(SINGLE)
+    for queue in (batch, single):
+        queue.add_item(db, Item(b"old", id="seen"))
+        leased = queue.lease(db, 30, block=False)
+        assert leased is not None and queue.release(db, leased, reason="again")
+        queue.add_item(db, Item(b"", id="empty"))  # an empty value still exists
+        raw(db, "HSET", f"{queue.name.prefix}:deliveries", "stale", 3)
+    items = [
+        Item(b"1", id="seen"),
+        Item(b"2", id="stale"),
+        Item(b"3", id="empty"),
+        Item(b"4", id="new"),
+        Item(b"5", id="new"),
+    ]
+    flags = batch.add_items(db, items, unique=unique, ttl=ttl)
+    if unique:
+        for item in items:
+            single.add_unique_item(db, item, ttl=ttl)
+        assert flags == [True] * 5
+    else:
+        one_by_one = [single.add_item(db, item, ttl=ttl) for item in items]
+        assert flags == one_by_one == [False, True, False, True, False]
+    assert queue_state(db, batch) == queue_state(db, single)
+    for item_id in ("seen", "stale", "empty", "new"):
+        written = unique or item_id in ("stale", "new")
+        has_ttl = [raw(db, "PTTL", f"{q.prefix}:item:{item_id}") > 0 for q in (BATCH, SINGLE)]
+        assert has_ttl == [written and ttl is not None] * 2, item_id
+
+
+def test_add_items_writes_a_batch_s_data_in_one_mset(real_db: redis.Redis) -> None:
+    queue = WorkQueue(BATCH)
+
+    def calls(command: str) -> int:
+        stats: dict[str, dict[str, int]] = real_db.info("commandstats")
+        return stats.get(f"cmdstat_{command}", {}).get("calls", 0)
+
+    for unique in (False, True):
+        before = calls("mset"), calls("set")
+        items = [Item(b"d", id=f"{unique}-{i}") for i in range(100)]
+        assert queue.add_items(real_db, items, unique=unique) == [True] * 100
+        assert (calls("mset"), calls("set")) == (before[0] + 1, before[1])
+    assert queue.queue_len(real_db) == 200
+
+
 def test_add_items_of_an_empty_batch_sends_nothing(
     db: redis.Redis, script_calls: list[ScriptCall]
 ) -> None:

@@ -228,6 +228,16 @@ OPS = [
         lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")]),
     ),
     Op(
+        "add_items-ttl",
+        "n2",
+        lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")], ttl=300),
+    ),
+    Op(
+        "add_items-delay",
+        "n2",
+        lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")], delay=30),
+    ),
+    Op(
         "add_items-unique",
         "n2",
         lambda s: q().add_items(s.db, [Item(b"1", id="n1"), Item(b"2", id="n2")], unique=True),

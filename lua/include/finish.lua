@@ -105,8 +105,13 @@ local function finish(q, ids, checked)
   if #doomed > 0 then
     redis.call('DEL', unpack(doomed))
   end
-  redis.call('HDEL', q.deliveries, unpack(ids))
-  redis.call('HDEL', q.reasons, unpack(ids))
+  -- (A bookkeeping hash found empty by the checks has nothing to drop.)
+  if SIZES[q.deliveries] ~= 0 then
+    redis.call('HDEL', q.deliveries, unpack(ids))
+  end
+  if SIZES[q.reasons] ~= 0 then
+    redis.call('HDEL', q.reasons, unpack(ids))
+  end
   count(q, 'completed', completed)
   return done
 end

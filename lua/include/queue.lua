@@ -11,8 +11,9 @@
 -- P:counts (hash: counter name -> how many items took that path, see count()),
 -- and P:durations (hash: the workers' job-duration histogram).
 -- Every one of them shares P's hash tag, if any.
--- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type and
--- check_types (the type checks before a first write), now_ms, delivered, forget, DELAY_TOKEN.
+-- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
+-- check_types, SIZES and read_strings (the type checks before a first write), now_ms, delivered,
+-- forget, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -49,6 +50,10 @@ end
 -- The cheapest read of each type: O(1), it fails on a key of another type and allocates nothing.
 local TYPED_READ = {string = 'STRLEN', list = 'LLEN', hash = 'HLEN', zset = 'ZCARD'}
 
+-- The sizes read by the type checks of the call, by key (what the typed read answered: 0 for a
+-- key that does not exist), so that a script can skip a write that has nothing to change.
+local SIZES = {}
+
 -- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a key
 -- or a list of keys, that exists and holds another type than its kind; nil when there is none.
 local function wrong_type(...)
@@ -59,6 +64,7 @@ local function wrong_type(...)
     end
     for _, key in ipairs(keys) do
       local read = redis.pcall(TYPED_READ[kind], key)
+      SIZES[key] = read
       if type(read) == 'table' then
         if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
           redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
@@ -78,6 +84,20 @@ local function check_types(...)
   if err then
     error(err, 0)
   end
+end
+
+-- The values of keys (a list of keys: MGET's reply, which reads a key of another type as none),
+-- and whether every key of them that exists holds a string (EXISTS counts every key): two calls
+-- however many keys there are.
+local function read_strings(keys)
+  local values = redis.call('MGET', unpack(keys))
+  local strings = 0
+  for _, value in ipairs(values) do
+    if value then
+      strings = strings + 1
+    end
+  end
+  return values, redis.call('EXISTS', unpack(keys)) == strings
 end
 
 local function now_ms()
