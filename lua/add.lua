@@ -23,11 +23,12 @@ if delay > 0 or at > 0 then
 end
 -- Every key the call may write is checked before its first write. A single item's SET fails by
 -- itself on a data key of the wrong type (SET ... GET), or leaves it alone (SET NX: the item is
--- not added). Several items' data keys are read at once: when every one that exists holds a
--- string (as it does but for a key written by something else), whether each item is new is
--- known, and the new data goes in one MSET (one SET each with a time to live); otherwise the
--- call fails as a single SET ... GET would, or, with the existence check, goes on one SET NX at
--- a time. A delayed item's lease key is replaced.
+-- not added). Several items' data keys are read at once (but with the existence check and a
+-- time to live: a SET NX each): when every one that exists holds a string (as it does but for a
+-- key written by something else), whether each item is new is known, and the new data goes in
+-- one MSET (one SET each with a time to live); otherwise the call fails as a single SET ... GET
+-- would, or, with the existence check, goes on one SET NX at a time. A delayed item's lease key
+-- is replaced.
 local items, leases = {}, {}
 for i = NQ + 5, #ARGV, 2 do
   items[#items + 1] = Q.item .. ARGV[i]
@@ -35,9 +36,10 @@ for i = NQ + 5, #ARGV, 2 do
     leases[#leases + 1] = Q.lease .. ARGV[i]
   end
 end
--- olds: each data key's value before the call (several items); known: olds tells which exist.
+-- olds: each data key's value before the call (several items, unless each is written by a
+-- SET NX anyway: with the existence check and a time to live); known: olds tells which exist.
 local olds, known
-if #items > 1 then
+if #items > 1 and (overwrite or ttl == 0) then
   olds, known = read_strings(items)
   if overwrite and not known then
     check_types('string', items)
