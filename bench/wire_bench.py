@@ -10,9 +10,11 @@ call per item), and the same on ``redis.asyncio``, with the ratios against the t
 ``--no-hiredis`` hides hiredis from redis-py (a ``sys.meta_path`` blocker installed before
 redis is imported), to compare the two parsers.
 
-The measuring functions (``evalsha_rate``, ``add_rate``, ``pair_rate``, ``chain_rate``,
-``aevalsha_rate``, ``apair_rate``, ``achain_rate``) take a port and a count and return
-operations (items, for the pairs and chains) per second.
+The measuring functions (``evalsha_rate``, ``lean_rate``, ``add_rate``, ``pair_rate``,
+``chain_rate``, ``aevalsha_rate``, ``alean_rate``, ``apair_rate``, ``achain_rate``) take a port
+and a count and return operations (items, for the pairs and chains) per second; ``lean`` is
+the wire path alone (an ``EVALSHA`` of ``return 1`` packed once), the least a call costs this
+library's client.
 """
 
 from __future__ import annotations
@@ -51,6 +53,26 @@ def evalsha_rate(port: int, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         db.evalsha(sha, 0)
+    return n / (time.perf_counter() - start)
+
+
+def _return_1(sha: str) -> list[bytes]:
+    """``EVALSHA <sha> 0``, packed."""
+    return [b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n0\r\n" % sha.encode()]
+
+
+def lean_rate(port: int, n: int) -> float:
+    """The wire path alone: ``EVALSHA`` of ``return 1``, packed once, sent and read by
+    ``wire.send`` on redis-py's pool: what a call costs this library's client at the least."""
+    import redis  # noqa: PLC0415
+
+    from redis_work_queue import wire  # noqa: PLC0415
+
+    db = redis.Redis(port=port)
+    packed, pool = _return_1(db.script_load("return 1")), db.connection_pool
+    start = time.perf_counter()
+    for _ in range(n):
+        wire.send(pool, packed)
     return n / (time.perf_counter() - start)
 
 
@@ -130,6 +152,25 @@ def aevalsha_rate(port: int, n: int) -> float:
     return asyncio.run(main())
 
 
+def alean_rate(port: int, n: int) -> float:
+    """``lean_rate`` on ``redis.asyncio`` (``wire.asend``)."""
+    import redis.asyncio  # noqa: PLC0415
+
+    from redis_work_queue import wire  # noqa: PLC0415
+
+    async def main() -> float:
+        db = redis.asyncio.Redis(port=port)
+        packed, pool = _return_1(await db.script_load("return 1")), db.connection_pool
+        start = time.perf_counter()
+        for _ in range(n):
+            await wire.asend(pool, packed)
+        took = time.perf_counter() - start
+        await db.aclose()
+        return n / took
+
+    return asyncio.run(main())
+
+
 def apair_rate(port: int, n: int) -> float:
     """``AsyncWorkQueue`` lease then complete, one at a time, one task; pairs per second."""
     import redis.asyncio  # noqa: PLC0415
@@ -185,10 +226,12 @@ def achain_rate(port: int, n: int) -> float:
 
 MEASURES: dict[str, Callable[[int, int], float]] = {
     "evalsha": evalsha_rate,
+    "lean": lean_rate,
     "add": add_rate,
     "pair": pair_rate,
     "chain": chain_rate,
     "aevalsha": aevalsha_rate,
+    "alean": alean_rate,
     "apair": apair_rate,
     "achain": achain_rate,
 }
@@ -223,6 +266,10 @@ def report(best: dict[str, float]) -> list[str]:
     for label, ratio, target in checks:
         verdict = "ok" if ratio >= target else "BELOW"
         lines.append(f"{label:34s} {ratio:5.2f}x  (target {target}x: {verdict})")
+    lines += [
+        f"{'wire path alone / evalsha':34s} {best['lean'] / best['evalsha']:5.2f}x",
+        f"{'async wire path alone / async same':34s} {best['alean'] / best['aevalsha']:5.2f}x",
+    ]
     return lines
 
 

@@ -111,7 +111,10 @@ def test_wire_bench_measures_every_row() -> None:
         for line in done.stdout.splitlines()
         if line.endswith(" /s")
     }
-    assert set(rates) == {"evalsha", "add", "pair", "chain", "aevalsha", "apair", "achain"}
+    assert set(rates) == {
+        "evalsha", "lean", "add", "pair", "chain", "aevalsha", "alean", "apair", "achain"
+    }  # fmt: skip
     assert all(rate > 0 for rate in rates.values()), done.stdout
     assert "complete_and_lease / (evalsha/2)" in done.stdout
     assert "async same / (async evalsha/2)" in done.stdout
+    assert "wire path alone / evalsha" in done.stdout
