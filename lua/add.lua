@@ -15,7 +15,8 @@
 -- so no cleaner queues it early; every key the call may write is type-checked before its first
 -- write.
 -- overwrite: no existence check (an existing item's data is replaced and its id queued again).
-local overwrite, delay, at, ttl = arg(1) ~= '0', tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
+local overwrite = arg(1) ~= '0'
+local delay, at, ttl = tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
 local now, due = 0, 0
 if delay > 0 or at > 0 then
   now = now_ms()

@@ -47,9 +47,9 @@ local now = now_ms()
 local stamp = token .. '@' .. now
 -- The reply's rows, flat (four entries per item), and how many items they hold.
 local out, got = {}, 0
--- Every key the call may write is checked before its first write. A data key of another type reads as none (the id is
--- dropped), a lease key of another type as a live lease (the id is a stray copy): neither is
--- written.
+-- Every key the call may write is checked before its first write. A data key of another type
+-- reads as none (the id is dropped), a lease key of another type as a live lease (the id is a
+-- stray copy): neither is written.
 -- Each queue's key names, made once for the call.
 local queues = {}
 for i = 1, NQ do

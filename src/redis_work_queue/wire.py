@@ -434,7 +434,7 @@ def _parse(data: bytes, pos: int) -> tuple[Any, int]:  # noqa: PLR0911 - one per
         for _ in range(count):
             # Integers and bulk strings, the usual elements, here; anything else by a call.
             element = data[pos]
-            if element == 58 or element == 36:  # noqa: PLR1714 - bytes compare as ints
+            if element in (58, 36):  # : or $
                 end = data.find(b"\r\n", pos)
                 if end < 0:
                     raise _DEFER
