@@ -28,9 +28,9 @@
 -- is always on the processing list, and so is an id met on the main queue while its lease is
 -- live (it is left to its holder); an id without a data key is dropped, never handed out; an
 -- item is never handed out more than max deliveries times; the waiting set and the wake list
--- expire with the last registration. Every queue's keys are type-checked
--- before the first write; the dead letter of an id that has reached max deliveries is checked
--- before the ids it came with are taken (after earlier takes of the same call, if any). A
+-- expire with the last registration. Every queue's keys are type-checked (or read) before the
+-- first write; the dead letter of an id that has reached max deliveries is checked before the
+-- ids it came with are taken (after earlier takes of the same call, if any). A
 -- completion is checked after the queues and before its own first write, which comes before the
 -- lease's first: an error leaves nothing changed, but for that dead letter's, which leaves the
 -- completion done.
@@ -55,14 +55,13 @@ local queues = {}
 for i = 1, NQ do
   queues[i] = queue_at(i)
 end
--- A completion that comes with the lease writes first: the keys the lease reads before its
--- first write are then checked here too (the first queue's delayed set; with max deliveries,
--- the dead set and counters its burials write).
+-- Every queue's keys are checked here, with max deliveries the dead set and counters its
+-- burials write too, but for the first queue's delayed set, main queue and wake list when the
+-- call neither completes an item (whose completion writes first) nor drops a registered
+-- caller's marker: those are read before they may be written (promote reads the delayed set
+-- and checks the other two before it writes, when items are due; the ids are read off the main
+-- queue before they are taken).
 local finishing = arg(9 + NQ) ~= nil
--- Otherwise (and unless a registered caller's marker is dropped first), the first queue's
--- delayed set, main queue and wake list are read before they may be written: promote reads the
--- delayed set and checks the other two before it writes (when items are due), and the ids are
--- read off the main queue before they are taken.
 local first_reads = not finishing and not registered
 for i = 1, NQ do
   local q = queues[i]
@@ -72,7 +71,7 @@ for i = 1, NQ do
     check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset',
       {q.delayed})
   end
-  if finishing and tonumber(arg(8 + i)) > 0 then
+  if tonumber(arg(8 + i)) > 0 then
     check_types('zset', {q.dead}, 'hash', {q.counts})
   end
   if register_ms > 0 or registered then
@@ -106,7 +105,14 @@ for i = 1, NQ do
     -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
     -- and a script that has run a write may write past maxmemory, so on an empty queue a blocked
     -- worker's registration must be the first write, for the server to refuse it when full.
-    local ids = redis.call('LRANGE', q.queue, -math.min(wanted - got, budget), '-1')
+    local from = -math.min(wanted - got, budget)
+    local ids = redis.pcall('LRANGE', q.queue, from, '-1')
+    if ids.err then
+      -- This read is the first queue's check of its main queue (see first_reads): a key of
+      -- another type gets the error that names it; any other error is raised as it is.
+      check_types('list', {q.queue})
+      ids = redis.call('LRANGE', q.queue, from, '-1')
+    end
     if #ids == 0 then
       break
     end

@@ -215,6 +215,9 @@ class Op:
     #: Completes ``held`` before its lease part, which checks the dead letter of an id it
     #: buries only when it comes to it: an error there leaves that completion done.
     completes_first: bool = False
+    #: Queues the due ``later`` before it takes ids, as a lease does: an error on the dead
+    #: letter of an id it then buries leaves ``later`` queued.
+    promotes_first: bool = False
 
 
 OPS = [
@@ -301,6 +304,13 @@ OPS = [
         lambda s: q().lease(s.db, LEASE_SECS, block=False),
         prepare=lambda db: _due(db, waiting=True),
     ),
+    Op(
+        "lease-promote-bury",
+        "a",
+        lambda s: q(2).lease_many(s.db, LEASE_SECS, 2, block=False),
+        prepare=lambda db: (_due(db), _delivered_twice(db, "a")),
+        promotes_first=True,
+    ),
     Op("lease_many", "a", lambda s: q().lease_many(s.db, LEASE_SECS, 5, block=False)),
     Op("renew", "held", lambda s: q().renew(s.db, s.held, LEASE_SECS)),
     Op("release", "held", lambda s: q().release(s.db, s.held, reason="again")),
@@ -381,6 +391,22 @@ def held_completed(state: Dump) -> Dump:
     return out
 
 
+def later_queued(state: Dump) -> Dump:
+    """``state`` after the due ``later`` (see _due) was queued at the leasing end: out of the
+    delayed set, its delay lease gone."""
+    out = dict(state)
+    del out[KEYS.lease("later").encode()]
+    kind, members, ttl = out[KEYS.delayed.encode()]
+    left = [m for m in members if m[0] != b"later"]
+    if left:
+        out[KEYS.delayed.encode()] = (kind, left, ttl)
+    else:
+        del out[KEYS.delayed.encode()]
+    kind, entries, ttl = out[KEYS.queue.encode()]
+    out[KEYS.queue.encode()] = (kind, [*entries, b"later"], ttl)
+    return out
+
+
 CASES = [
     pytest.param(op, name, kind, id=f"{op.name}-{name}-{kind}")
     for op in OPS
@@ -423,6 +449,8 @@ def test_wrong_type_changes_nothing(
             expected[key] = ("list", [pushed_id, *value], ttl)
         if op.completes_first and name == "dead_item":
             expected = held_completed(expected)
+        if op.promotes_first and name == "dead_item":
+            expected = later_queued(expected)
         assert after == expected, f"{op.name} raised {err!r} but changed the database"
         if isinstance(err, WrongKeyTypeError):
             assert "wrong" in str(err).lower()
@@ -466,4 +494,21 @@ def test_a_wrong_type_names_the_key(clients: tuple[redis.Redis, redis.Redis]) ->
         q().release(db, state.held)
     assert "p:processing" in str(caught.value)
     assert "nothing was changed" in str(caught.value)
+    assert dump(db) == before
+
+
+@pytest.mark.parametrize("name", ["queue", "processing", "deliveries"])
+def test_a_lease_s_wrong_type_names_the_key(
+    clients: tuple[redis.Redis, redis.Redis], name: str
+) -> None:
+    """A lease checks the first queue's main queue by reading it: the error still names it."""
+    db, other = clients
+    db.flushdb()
+    setup_queue(db, other)
+    key = key_of(name, "a")
+    plant(db, key, "string")
+    before = dump(db)
+    with pytest.raises(WrongKeyTypeError) as caught:
+        q().lease(db, LEASE_SECS, block=False)
+    assert f"{key} holds a string, not a" in str(caught.value)
     assert dump(db) == before

@@ -114,8 +114,9 @@ _BIG_ARG = 16384
 #: The most command prefixes cached per script (one per queue or list of queues leased).
 _MAX_HEADS = 256
 #: Text and integer arguments packed once and kept, by (type, value), when at most _KEPT_ARG
-#: bytes long; the store is emptied when it holds _MAX_KEPT (the ids and tokens that also pass
-#: through it are each sent once).
+#: bytes long (a queue's prefix, lease lengths, flags; lease tokens and the library's ids are
+#: longer); the store is emptied when it holds _MAX_KEPT (short ids of a caller's own pass
+#: through it too).
 _PACKED: dict[tuple[type, Any], bytes] = {}
 _KEPT_ARG = 20
 _MAX_KEPT = 1024
