@@ -83,13 +83,19 @@ def leased(db: redis.Redis, prefix: str, item_id: str) -> bool:
     )
 
 
+def add_and_lease(db: redis.Redis, queue: WorkQueue, item_id: str) -> Item:
+    """Add an item (its data is its id) to ``queue`` and lease it."""
+    queue.add_item(db, Item(item_id.encode(), id=item_id))
+    item = queue.lease(db, 30, block=False)
+    assert item is not None and item.id() == item_id
+    return item
+
+
 def test_completes_then_leases_the_next_by_priority_in_one_call(
     db: redis.Redis, backend: Backend, call: Call
 ) -> None:
     hi, lo = WorkQueue(KeyPrefix("hi")), WorkQueue(KeyPrefix("lo"))
-    lo.add_item(db, Item(b"a", id="a"))
-    first = lo.lease(db, 30, block=False)
-    assert first is not None
+    first = add_and_lease(db, lo, "a")
     lo.add_item(db, Item(b"b", id="b"))
     hi.add_item(db, Item(b"c", id="c"))
     calls = calls_counter(backend)
@@ -145,12 +151,10 @@ def test_a_queue_not_leased_from_is_completed_in_a_call_of_its_own(
     db: redis.Redis, backend: Backend, call: Call
 ) -> None:
     other, queue = WorkQueue(KeyPrefix("other")), WorkQueue(KeyPrefix("q"))
-    other.add_item(db, Item(b"o", id="o"))
-    held = other.lease(db, 30, block=False)
-    assert held is not None
+    taken = add_and_lease(db, other, "o")
     queue.add_item(db, Item(b"n", id="n"))
     calls = calls_counter(backend)
-    done, got = call("other", held, ["q"])
+    done, got = call("other", taken, ["q"])
     assert done is True
     assert got is not None and got[0] == "q" and got[1].id() == "n"
     assert not db.exists("other:item:o")

@@ -67,26 +67,22 @@ local function finish(q, ids, checked)
       delayed[#delayed + 1] = ids[j]
     end
   end
-  -- Every key the call may write is checked before its first write. The data keys' reads tell
-  -- which items exist too (an empty one reads as none: EXISTS then tells), so that they and the
-  -- leases go in one DEL; an id named twice is completed once.
+  -- Every key the call may write is checked before its first write. The data keys' checks tell
+  -- which items exist too (their SIZES; an empty one reads as none: EXISTS then tells), so that
+  -- they and the leases go in one DEL; an id named twice is completed once.
   local sets = #delayed > 0 and {q.delayed} or {}
   local hashes = checked and {q.counts} or {q.deliveries, q.reasons, q.counts}
+  check_types('string', items, 'hash', hashes, 'zset', sets)
   local done, gone, completed = {}, {}, 0
   for j, key in ipairs(items) do
-    local size = redis.pcall('STRLEN', key)
-    if type(size) == 'table' then
-      check_types('string', {key})
-    end
     done[j] = 0
-    if not gone[key] and (size > 0 or redis.call('EXISTS', key) == 1) then
+    if not gone[key] and (SIZES[key] > 0 or redis.call('EXISTS', key) == 1) then
       gone[key] = true
       done[j] = 1
       completed = completed + 1
       doomed[#doomed + 1] = key
     end
   end
-  check_types('hash', hashes, 'zset', sets)
   if trim then
     -- The batch's entries, the oldest #ids, at once.
     redis.call('LTRIM', q.processing, '0', -(#ids + 1))
