@@ -22,8 +22,8 @@ from typing import Any
 import redis
 
 from redis_work_queue import Item, queue_base
-from redis_work_queue.lease import LeaseRequest
 from redis_work_queue.ops import QueueOps
+from redis_work_queue.ops.lease import LeaseRequest
 
 RESULTS_ENV = "RWQ_FAULTS_RESULTS"
 RECORD_DONE_ENV = "RWQ_FAULTS_RECORD_DONE"

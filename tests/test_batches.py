@@ -14,9 +14,9 @@ import redis
 
 from helpers import keys_left, raw, wait_for
 from plugins.backends import Backend
-from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, protocol
+from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, transport
+from redis_work_queue.calls import ScriptCall
 from redis_work_queue.ops import ADD_CHUNK, ADD_CHUNK_BYTES, COMPLETE_CHUNK
-from redis_work_queue.protocol import ScriptCall
 
 BATCH = KeyPrefix("batch")
 SINGLE = KeyPrefix("single")
@@ -24,16 +24,16 @@ SINGLE = KeyPrefix("single")
 
 @pytest.fixture
 def script_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ScriptCall]]:
-    """Every script call the library sends (recorded through protocol.execute)."""
+    """Every script call the library sends (recorded through transport.execute)."""
     seen: list[ScriptCall] = []
-    original = protocol.execute
+    original = transport.execute
 
     def recording(db: Any, call: Any) -> Any:
         if isinstance(call, ScriptCall):
             seen.append(call)
         return original(db, call)
 
-    monkeypatch.setattr(protocol, "execute", recording)
+    monkeypatch.setattr(transport, "execute", recording)
     yield seen
 
 

@@ -13,8 +13,9 @@ import sys
 import pytest
 import redis
 
-from redis_work_queue import CleanProgress, Item, KeyPrefix, WorkQueue, cleaning
+from redis_work_queue import CleanProgress, Item, KeyPrefix, WorkQueue
 from redis_work_queue.cli import EXIT_OK, main
+from redis_work_queue.ops import cleaning
 
 QUEUE = KeyPrefix("pg")
 

@@ -19,8 +19,8 @@ import redis
 from helpers import b, get, keys_left, lrange, wait_for
 from plugins.backends import Backend
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, lease_from
-from redis_work_queue.lease import LeaseRequest
-from redis_work_queue.protocol import run
+from redis_work_queue.ops.lease import LeaseRequest
+from redis_work_queue.transport import run
 
 
 class ForeignClient:

@@ -26,7 +26,7 @@ from redis_work_queue import (
     complete_and_lease_from,
     scripts,
 )
-from redis_work_queue.lease import LEASE_BUDGET
+from redis_work_queue.ops.lease import LEASE_BUDGET
 
 #: complete_and_lease_from(queue named done, item, queues named names, lease_secs,
 #: max_deliveries): whether it completed the item, and (prefix, item) of what it leased.

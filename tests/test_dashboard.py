@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from redis_work_queue import Item, KeyPrefix, WorkQueue, cli
-from redis_work_queue.health import heartbeat_steps
-from redis_work_queue.protocol import run
+from redis_work_queue.ops.health import heartbeat_steps
+from redis_work_queue.transport import run
 from servers import Proc
 
 pytest.importorskip("starlette", reason="needs the dashboard extra")

@@ -13,8 +13,9 @@ import redis
 
 from helpers import b, dump_state, keys_left, lrange, wait_for
 from plugins.backends import Backend
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning, scripts
-from redis_work_queue.cleaning import CLEAN_FIRST
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts
+from redis_work_queue.ops import cleaning
+from redis_work_queue.ops.cleaning import CLEAN_FIRST
 
 QUEUE = KeyPrefix("dc")
 

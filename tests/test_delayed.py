@@ -15,8 +15,8 @@ import redis
 
 from helpers import get, keys_left, lrange, raw, wait_for
 from plugins.backends import Backend
-from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, protocol
-from redis_work_queue.protocol import Sleep
+from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, transport
+from redis_work_queue.calls import Sleep
 
 QUEUE = KeyPrefix("delayed")
 
@@ -70,14 +70,14 @@ class CallLog:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, list[Any]] = {}
-        original = protocol.execute
+        original = transport.execute
 
         def recording(db: Any, call: Any) -> Any:
             name = threading.current_thread().name
             self.calls.setdefault(name, []).append(call)
             return original(db, call)
 
-        monkeypatch.setattr(protocol, "execute", recording)
+        monkeypatch.setattr(transport, "execute", recording)
 
     def redis_calls(self, thread: str) -> int:
         return sum(not isinstance(c, Sleep) for c in self.calls.get(thread, []))

@@ -1,7 +1,7 @@
 """The package's layers, read from its import statements (no import is run).
 
-The operations layer (``ops``, ``queue_base``, ``results``, ``validation``, ``clients``,
-``cleaning``, ``protocol``) never imports a facade; the asyncio facade and runner never import
+The operations layer (the ``ops`` package, ``queue_base``, ``results``, ``validation``,
+``clients``, ``calls``) never imports a facade; the asyncio facade and runner never import
 the synchronous ones; the synchronous modules leave ``redis.asyncio`` alone at import time.
 Imports under ``if TYPE_CHECKING:`` are only for the type checker and are not counted.
 """
@@ -16,7 +16,7 @@ import pytest
 import redis_work_queue
 
 PACKAGE = Path(redis_work_queue.__file__).parent
-OPERATIONS = ("ops", "queue_base", "results", "validation", "clients", "cleaning", "protocol")
+OPERATIONS = ("ops", "queue_base", "results", "validation", "clients", "calls")
 SYNC_FACADES = ("workqueue", "worker")
 ASYNC_FACADES = ("aio", "aioworker")
 #: Synchronous modules of the layers above that must not load redis.asyncio when imported.
@@ -36,24 +36,36 @@ def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _tree(module: str) -> ast.Module:
-    return ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+def _files(module: str) -> list[Path]:
+    """The files of a module of the package: one file, or every file of a subpackage."""
+    path = PACKAGE / module
+    return sorted(path.glob("*.py")) if path.is_dir() else [PACKAGE / f"{module}.py"]
+
+
+def _tree(file: Path) -> ast.Module:
+    return ast.parse(file.read_text(encoding="utf-8"))
+
+
+def _exists(name: str) -> bool:
+    return (PACKAGE / f"{name}.py").exists() or (PACKAGE / name / "__init__.py").exists()
 
 
 def package_imports(module: str) -> set[str]:
     """The package's own top-level modules that ``module`` imports at import time."""
     out: set[str] = set()
-    for node in _runtime_imports(_tree(module)):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                out.add(node.module.split(".")[0])
-            else:  # from . import a, b
-                out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "redis_work_queue."
-        ):
-            out.add((node.module or "").split(".")[1])
-    return {name for name in out if (PACKAGE / f"{name}.py").exists()}
+    for file in _files(module):
+        depth = 1 if file.parent == PACKAGE else 2  # the level of a relative import of the root
+        for node in _runtime_imports(_tree(file)):
+            if isinstance(node, ast.ImportFrom) and node.level == depth:
+                if node.module:
+                    out.add(node.module.split(".")[0])
+                else:  # from . import a, b
+                    out.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "redis_work_queue."
+            ):
+                out.add((node.module or "").split(".")[1])
+    return {name for name in out if _exists(name) and name != module}
 
 
 def closure(module: str) -> set[str]:
@@ -71,7 +83,7 @@ def closure(module: str) -> set[str]:
 
 def test_the_import_graph_is_read() -> None:
     """The reader sees the edges that exist, so the checks below cannot pass vacuously."""
-    assert {"queue_base", "results", "clients", "protocol"} <= package_imports("aio")
+    assert {"queue_base", "results", "clients", "transport"} <= package_imports("aio")
     assert "ops" in closure("aio")
     assert "workqueue" in closure("worker")
 
@@ -89,7 +101,8 @@ def test_the_asyncio_api_does_not_import_the_synchronous_one(module: str) -> Non
 
 @pytest.mark.parametrize("module", SYNC_MODULES)
 def test_synchronous_modules_do_not_import_redis_asyncio(module: str) -> None:
-    for node in _runtime_imports(_tree(module)):
+    nodes = [node for file in _files(module) for node in _runtime_imports(_tree(file))]
+    for node in nodes:
         names = (
             [alias.name for alias in node.names]
             if isinstance(node, ast.Import)

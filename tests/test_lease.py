@@ -12,7 +12,8 @@ import redis
 
 from helpers import b, dump_state, get, keys_left, lrange, wait_for
 from plugins.backends import Backend
-from redis_work_queue import Item, KeyPrefix, WorkQueue, protocol
+from redis_work_queue import Item, KeyPrefix, WorkQueue, transport
+from redis_work_queue.calls import Command
 from redis_work_queue.ops import LEASE_BUDGET
 
 QUEUE = KeyPrefix("lease")
@@ -232,11 +233,11 @@ def _intercept_move(
     """Wrap the blocking move: the first time, ``before_move()`` runs just before BRPOPLPUSH
     (the lease script has already found the queue empty) and ``after_move(moved)`` right after
     it, i.e. between the move and the claim."""
-    original = protocol.execute
+    original = transport.execute
     calls: dict[str, list[Any]] = {"moves": []}
 
     def intercepted(db: redis.Redis, call: Any) -> Any:
-        if not (isinstance(call, protocol.Command) and call.args[0] == "BRPOPLPUSH"):
+        if not (isinstance(call, Command) and call.args[0] == "BRPOPLPUSH"):
             return original(db, call)
         first = not calls["moves"]
         if first:
@@ -247,7 +248,7 @@ def _intercept_move(
             after_move(moved)
         return moved
 
-    monkeypatch.setattr(protocol, "execute", intercepted)
+    monkeypatch.setattr(transport, "execute", intercepted)
     return calls
 
 
@@ -325,12 +326,12 @@ def test_claim_script_returns_nothing_once_the_id_was_requeued(
     assert queue.light_clean(db).requeued == 1
     before = dump_state(db)
     claim = queue.ops._call("claim", 30_000, "token", "0", "late-claim", "", 0)
-    reply = protocol.execute(db, claim)
+    reply = transport.execute(db, claim)
     assert reply == 0
     assert dump_state(db) == before
     assert not db.exists("lease:lease:late-claim")
     # While the id is still on the processing list the same call does lease it.
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
-    row = protocol.execute(db, claim)
+    row = transport.execute(db, claim)
     assert [row[0], bytes(row[1]), bytes(row[2]), row[3]] == [1, b"late-claim", b"d", 1]
     assert get(db, "lease:lease:late-claim") == b"token@%d" % row[4]

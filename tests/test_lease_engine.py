@@ -10,17 +10,18 @@ import pytest
 import redis
 
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue
+from redis_work_queue.calls import Command, ScriptCall, Sleep
 from redis_work_queue.keyprefix import QueueKeys
-from redis_work_queue.lease import (
+from redis_work_queue.loader import lua_dir
+from redis_work_queue.ops import QueueOps
+from redis_work_queue.ops.lease import (
     CALL_AGAIN,
     LEASE_BUDGET,
     LEASE_CHUNK,
     LeaseRequest,
     lease_items,
 )
-from redis_work_queue.loader import lua_dir
-from redis_work_queue.ops import QueueOps
-from redis_work_queue.protocol import Command, ScriptCall, Sleep, run
+from redis_work_queue.transport import run
 
 PREFIX = KeyPrefix("engine")
 KEYS = QueueKeys(PREFIX)

@@ -9,9 +9,9 @@ import pytest
 import redis
 
 from helpers import b, keys_left, lrange, wait_for
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, cleaning
-from redis_work_queue.cleaning import CLEAN_FIRST
-from redis_work_queue.ops import QueueOps
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
+from redis_work_queue.ops import QueueOps, cleaning
+from redis_work_queue.ops.cleaning import CLEAN_FIRST
 from servers import Proc
 
 QUEUE = KeyPrefix("lc")

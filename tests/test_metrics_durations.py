@@ -13,9 +13,9 @@ from helpers import wait_for
 from redis_work_queue import KeyPrefix, WorkQueue
 from redis_work_queue.durations import BOUNDS, DurationRecorder, bucket_of
 from redis_work_queue.errors import WrongKeyTypeError
-from redis_work_queue.health import heartbeat_steps
 from redis_work_queue.metrics import families, read, render_families
-from redis_work_queue.protocol import run
+from redis_work_queue.ops.health import heartbeat_steps
+from redis_work_queue.transport import run
 from servers import Proc, start_server
 from test_runner import KINDS, TAG, P, add, done, running
 

@@ -25,10 +25,10 @@ import redis.asyncio
 
 from helpers import wait_for
 from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
-from redis_work_queue.health import heartbeat_steps
 from redis_work_queue.metrics import QueueCollector, families, read, render_families
 from redis_work_queue.ops import QueueCounts
-from redis_work_queue.protocol import run
+from redis_work_queue.ops.health import heartbeat_steps
+from redis_work_queue.transport import run
 from servers import Proc, start_server
 
 prometheus_client = pytest.importorskip("prometheus_client")

@@ -19,8 +19,8 @@ import redis
 import scheduling_workers
 from helpers import keys_left, wait_for
 from plugins.backends import Backend
-from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, protocol
-from redis_work_queue.protocol import Sleep
+from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, transport
+from redis_work_queue.calls import Sleep
 from redis_work_queue.workqueue import lease_from
 
 CTX = multiprocessing.get_context("spawn")
@@ -150,13 +150,13 @@ def test_blocked_multi_queue_lease_wakes_for_either_queue(
 ) -> None:
     admin = real_backend.client()
     calls: dict[str, list[Any]] = {}
-    original = protocol.execute
+    original = transport.execute
 
     def recording(db: Any, call: Any) -> Any:
         calls.setdefault(threading.current_thread().name, []).append(call)
         return original(db, call)
 
-    monkeypatch.setattr(protocol, "execute", recording)
+    monkeypatch.setattr(transport, "execute", recording)
     for name, target in (("low", lo), ("high", hi)):
         client = real_backend.client()
         thread, out = run_in_thread(name, lambda c=client: lease_from(c, [hi, lo], 30, timeout=10))

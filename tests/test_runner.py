@@ -787,8 +787,8 @@ def test_outcome_whose_reply_was_lost_is_retried_and_counted_right(
 
 def test_heartbeat_checks_key_types_before_writing(server: Proc) -> None:
     from redis_work_queue.errors import WrongKeyTypeError  # noqa: PLC0415
-    from redis_work_queue.health import heartbeat_steps  # noqa: PLC0415
-    from redis_work_queue.protocol import run as run_steps  # noqa: PLC0415
+    from redis_work_queue.ops.health import heartbeat_steps  # noqa: PLC0415
+    from redis_work_queue.transport import run as run_steps  # noqa: PLC0415
 
     db = server.client()
     keys = WorkQueue(KeyPrefix(P)).keys

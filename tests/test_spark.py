@@ -29,7 +29,7 @@ from helpers import wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 from redis_work_queue.errors import InvalidArgumentError, WrongKeyTypeError
 from redis_work_queue.ops import QueueStats
-from redis_work_queue.protocol import run
+from redis_work_queue.transport import run
 from servers import Cluster, SentinelSetup, TlsServer
 
 try:
@@ -46,9 +46,10 @@ try:
         StructType,
     )
 
+    from redis_work_queue.ops.spark import complete_held
     from redis_work_queue.spark import last_write, register
     from redis_work_queue.spark import stream as spark_stream
-    from redis_work_queue.spark.calls import complete_held, connect
+    from redis_work_queue.spark.calls import connect
     from redis_work_queue.spark.options import (
         Options,
         QueueOptions,

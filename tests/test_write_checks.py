@@ -31,7 +31,7 @@ from redis_work_queue import (
     scripts,
 )
 from redis_work_queue.keyprefix import QueueKeys
-from redis_work_queue.protocol import run
+from redis_work_queue.transport import run
 from servers import Proc
 
 PREFIX = KeyPrefix("p")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .cleaning import CleanProgress, CleanReport
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
@@ -25,7 +24,16 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
-from .results import DeadLetter, FlushReport, PendingItem, QueuedItem, QueueStats, Released
+from .results import (
+    CleanProgress,
+    CleanReport,
+    DeadLetter,
+    FlushReport,
+    PendingItem,
+    QueuedItem,
+    QueueStats,
+    Released,
+)
 from .workqueue import WorkQueue, complete_and_lease_from, lease_from
 
 if TYPE_CHECKING:

@@ -11,28 +11,22 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from . import cluster
-from .cleaning import CleanReport, ProgressCallback
-from .clients import AsyncClient, AsyncPipeline, max_block
+from .clients import AsyncClient, AsyncPipeline
 from .item import Item
-from .protocol import ScriptCall, arun
-from .queue_base import (
-    PIPELINE_CHUNK,
-    QueueBase,
-    complete_and_lease_steps,
-    first_call,
-    leasable_together,
-    lease_from_steps,
-)
+from .ops import lease as lease_ops
+from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
+    CleanReport,
     DeadLetter,
     FlushReport,
     PendingItem,
+    ProgressCallback,
     QueueCounts,
     QueuedItem,
     QueueStats,
     Released,
 )
+from .transport import arun
 
 
 class AsyncWorkQueue(QueueBase):
@@ -99,7 +93,7 @@ class AsyncWorkQueue(QueueBase):
         at_most_once: bool = False,
     ) -> Item | None:
         """See :meth:`WorkQueue.lease`."""
-        steps = self.ops.lease_one(lease_secs, block, timeout, at_most_once, max_block(db))
+        steps = self.ops.lease_one(lease_secs, block, timeout, at_most_once)
         return await arun(db, steps)
 
     async def lease_many(
@@ -112,7 +106,7 @@ class AsyncWorkQueue(QueueBase):
         at_most_once: bool = False,
     ) -> list[Item]:
         """See :meth:`WorkQueue.lease_many`."""
-        steps = self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db), count)
+        steps = self.ops.lease(lease_secs, block, timeout, at_most_once, count)
         return await arun(db, steps)
 
     async def renew(self, db: AsyncClient, item: Item, lease_secs: float) -> bool:
@@ -140,14 +134,13 @@ class AsyncWorkQueue(QueueBase):
         self, db: AsyncClient, items: Iterable[Item], lease_secs: float
     ) -> list[bool]:
         """See :meth:`WorkQueue.renew_many`."""
-        return await _apipelined(db, [first_call(self.ops.renew(i, lease_secs)) for i in items])
+        return await arun(db, self.ops.renew_many(items, lease_secs))
 
     async def give_back(
         self, db: AsyncClient, items: Iterable[Item], reason: str | None = None
     ) -> list[bool]:
         """See :meth:`WorkQueue.give_back`."""
-        calls = [first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
-        return await _apipelined(db, calls)
+        return await arun(db, self.ops.give_back(items, reason))
 
     @asynccontextmanager
     async def leased(
@@ -254,11 +247,11 @@ async def lease_from(
     at_most_once: bool = False,
 ) -> tuple[AsyncWorkQueue, Item] | None:
     """See :func:`redis_work_queue.workqueue.lease_from`."""
-    together = leasable_together(db, queues)
-    steps = lease_from_steps(
-        queues, lease_secs, block, timeout, at_most_once, max_block(db), together
+    steps = lease_ops.lease_from(
+        ops_of(queues, "lease_from"), lease_secs, block, timeout, at_most_once
     )
-    return await arun(db, steps)
+    found = await arun(db, steps)
+    return None if found is None else (queues[found[0]], found[1])
 
 
 async def complete_and_lease_from(
@@ -269,18 +262,9 @@ async def complete_and_lease_from(
     lease_secs: float,
 ) -> tuple[bool, tuple[AsyncWorkQueue, Item] | None]:
     """See :func:`redis_work_queue.workqueue.complete_and_lease_from`."""
-    together = leasable_together(db, queues)
-    return await arun(db, complete_and_lease_steps(queue, item, queues, lease_secs, together))
-
-
-async def _apipelined(db: AsyncClient, calls: Sequence[ScriptCall]) -> list[bool]:
-    """Send independent script calls in pipelines of ``PIPELINE_CHUNK``; their flags."""
-    flags: list[bool] = []
-    for start in range(0, len(calls), PIPELINE_CHUNK):
-        pipe = db.pipeline(transaction=False)
-        for call in calls[start : start + PIPELINE_CHUNK]:
-            if cluster.is_cluster(db):
-                cluster.slot_of((*call.keys, *call.slot_keys))
-            call.script.queue_on(pipe, call.keys, call.args)
-        flags += (bool(int(reply)) for reply in await pipe.execute())
-    return flags
+    what = "complete_and_lease_from"
+    steps = lease_ops.complete_and_lease_from(
+        ops_of_one(queue, what), item, ops_of(queues, what), lease_secs
+    )
+    done, found = await arun(db, steps)
+    return done, None if found is None else (queues[found[0]], found[1])

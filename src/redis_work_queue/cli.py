@@ -30,7 +30,6 @@ import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError
 
 from . import metrics, server
-from .cleaning import CleanProgress, CleanReport
 from .connect import Target, connect, mask, target, with_credentials
 from .durations import BOUNDS
 from .errors import (
@@ -43,6 +42,7 @@ from .errors import (
 from .extras import extra_needed
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
+from .results import CleanProgress, CleanReport
 from .workqueue import WorkQueue
 
 EXIT_OK = 0

@@ -22,24 +22,34 @@ from __future__ import annotations
 
 import logging
 import math
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import redis
 
-from . import scripts
-from .durations import BOUNDS, OUTCOMES, bucket_field, sum_field
+from .durations import BOUNDS
 from .extras import extra_needed
-from .ops import QueueCounts, QueueStats, decode, parse_counts
-from .protocol import ScriptCall, Steps, run
+from .ops.metrics import DUE_CAP, QueueMetrics, id_time_ms, parse_durations, read_steps
+from .results import QueueCounts
+from .transport import run
+
+__all__ = [
+    "DUE_CAP",
+    "QueueCollector",
+    "QueueMetrics",
+    "collect",
+    "families",
+    "id_time_ms",
+    "parse_durations",
+    "read",
+    "render",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "rwq_"
-#: ``rwq_delayed_due`` counts at most this many items (it reads their ids).
-DUE_CAP = 10_000
 #: Gauge name suffix -> help text, the first five in QueueStats field order.
 METRICS = {
     "queued": "Items waiting in the main queue.",
@@ -73,93 +83,9 @@ UP = "up"
 UP_HELP = "1 when Redis answered the last scrape, else 0."
 
 
-@dataclass(frozen=True)
-class QueueMetrics:
-    """Everything exported of one queue, as read at one scrape.
-
-    Attributes:
-        queue: The queue's name (key prefix).
-        stats: Its counts by state.
-        counts: Its counters.
-        durations: Its duration histogram: ``{outcome: (per-bucket counts in BOUNDS order,
-            sum in seconds)}``.
-        delayed_due: Delayed items whose due time has passed.
-        oldest_waiting: Age in seconds of the item next to be leased (None: the queue is empty
-            or that id holds no time).
-        delayed_overdue: Seconds since the earliest delayed item fell due (0 when none is).
-        workers: Live workers.
-    """
-
-    queue: str
-    stats: QueueStats
-    counts: QueueCounts
-    durations: dict[str, tuple[list[int], float]] = field(default_factory=dict)
-    delayed_due: int = 0
-    oldest_waiting: float | None = None
-    delayed_overdue: float = 0.0
-    workers: int = 0
-
-    @property
-    def work(self) -> int:
-        """Work to do: queued + delayed due + leased + expired."""
-        s = self.stats
-        return s.queued + self.delayed_due + s.leased + s.expired
-
-
-def id_time_ms(item_id: str) -> int | None:
-    """The Unix time in ms held by a UUIDv7 id (hex or dashed), else None."""
-    try:
-        parsed = uuid.UUID(item_id)
-    except ValueError:
-        return None
-    if parsed.version != 7:
-        return None
-    return parsed.int >> 80
-
-
-def _pairs(flat: Any) -> dict[str, str]:
-    if isinstance(flat, dict):
-        return {decode(k): decode(v) for k, v in flat.items()}
-    return {decode(k): decode(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
-
-
-def parse_durations(raw: dict[str, str]) -> dict[str, tuple[list[int], float]]:
-    """The histogram of each outcome from the fields of ``<prefix>:durations``."""
-    out: dict[str, tuple[list[int], float]] = {}
-    for outcome in OUTCOMES:
-        counts = [int(raw.get(bucket_field(outcome, bound), 0)) for bound in BOUNDS]
-        out[outcome] = (counts, int(raw.get(sum_field(outcome), 0)) / 1_000_000)
-    return out
-
-
-def read_steps(queue: Any) -> Steps[QueueMetrics]:
-    """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``)."""
-    stats = yield from queue.ops.stats()
-    keys = queue.keys
-    reply = yield ScriptCall(
-        scripts.load("metrics"), keys.script_keys, (*keys.script_args, DUE_CAP), None, keys.fixed()
-    )
-    now, counts, durations, oldest, due, first_due, workers = reply
-    now_ms = int(now)
-    born = id_time_ms(decode(oldest)) if oldest is not None else None
-    overdue = 0.0
-    if first_due is not None and float(first_due) <= now_ms:
-        overdue = (now_ms - float(first_due)) / 1000
-    return QueueMetrics(
-        queue=keys.prefix,
-        stats=stats,
-        counts=parse_counts(counts),
-        durations=parse_durations(_pairs(durations)),
-        delayed_due=int(due),
-        oldest_waiting=None if born is None else max(now_ms - born, 0) / 1000,
-        delayed_overdue=overdue,
-        workers=int(workers),
-    )
-
-
 def read(db: Any, queues: Sequence[Any]) -> list[QueueMetrics]:
     """Read the metrics of ``queues`` (``WorkQueue``) from ``db``."""
-    return [run(db, read_steps(queue)) for queue in queues]
+    return [run(db, read_steps(queue.ops)) for queue in queues]
 
 
 # A neutral model of the families, rendered as text or as prometheus_client families ----------

@@ -1,31 +1,18 @@
-"""The operations layer shared by the synchronous and asyncio queues.
+"""What the synchronous and asyncio queues share: a queue object and its operations.
 
-:class:`QueueBase` holds what a queue object is (its name, keys and operations) and checks its
-options; :func:`lease_from_steps` is the operation behind both ``lease_from`` functions, and
-:func:`complete_and_lease_steps` the one behind both ``complete_and_lease_from``. Nothing
-here sends a call: the facades (:mod:`.workqueue`, :mod:`.aio`) drive these with
-:func:`~.protocol.run` and :func:`~.protocol.arun`.
+:class:`QueueBase` is a queue's name, keys and operations (:class:`~.ops.QueueOps`), with its
+options checked. Nothing here sends a call: the facades (:mod:`.workqueue`, :mod:`.aio`) drive
+the operations with :func:`~.transport.run` and :func:`~.transport.arun`.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import time
 import uuid
 from collections.abc import Sequence
-from typing import TypeVar
 
-from . import cluster
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .item import Item
+from .errors import InvalidArgumentTypeError
 from .keyprefix import KeyPrefix, QueueKeys
-from .lease import LeaseRequest, complete_and_lease, lease_items
 from .ops import QueueOps
-from .protocol import ScriptCall, Steps
-from .validation import check_item
-
-logger = logging.getLogger(__name__)
 
 
 class QueueBase:
@@ -63,7 +50,7 @@ class QueueBase:
         self.name = name
         self.keys = QueueKeys(name)
         #: The queue's operations as generators of Redis calls (:class:`~.ops.QueueOps`), for
-        #: code that drives them itself with :func:`~.protocol.run` or :func:`~.protocol.arun`
+        #: code that drives them itself with :func:`~.transport.run` or :func:`~.transport.arun`
         #: (the worker runners, the Spark data source) or writes its own on the same
         #: conventions (:meth:`~.ops.QueueOps.script_call`).
         self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
@@ -102,113 +89,33 @@ class QueueBase:
         return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"
 
 
-Q = TypeVar("Q", bound=QueueBase)
+def ops_of(queues: Sequence[QueueBase], what: str) -> list[QueueOps]:
+    """The operations of each of ``queues``, checked to be queues.
 
-#: How long a worker leasing from queues in several cluster slots waits on its first queue
-#: before it looks at the others again.
-FALLBACK_SLICE = 0.5
-
-
-def leasable_together(db: object, queues: Sequence[QueueBase]) -> bool:
-    """Whether ``queues`` can be leased from in one script call on ``db``.
-
-    Always on a single server; on Redis Cluster, when every key of every queue is in one slot
-    (their names share a ``{hash tag}``).
+    Raises:
+        InvalidArgumentTypeError: One of them is not a queue; ``what`` names the call.
     """
-    if not cluster.is_cluster(db):
-        return True
-    return cluster.same_slot([key for q in queues for key in q.ops.slot_keys])
-
-
-def lease_from_steps(
-    queues: Sequence[Q],
-    lease_secs: float,
-    block: bool,
-    timeout: float,
-    at_most_once: bool,
-    max_block: float,
-    together: bool = True,
-) -> Steps[tuple[Q, Item] | None]:
-    """The operation behind :func:`~redis_work_queue.lease_from` and its asyncio twin.
-
-    ``together`` false tries the queues one at a time (they live in different cluster slots).
-    """
-    if not queues:
-        raise InvalidArgumentError("lease_from needs at least one queue")
-    if together:
-        ops = [q.ops for q in queues]
-        request = LeaseRequest.of(
-            lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, max_block=max_block
+    if isinstance(queues, str | bytes) or not isinstance(queues, Sequence):
+        raise InvalidArgumentTypeError(
+            f"{what} takes a list of queues, not {type(queues).__name__}"
         )
-        leased = yield from lease_items(ops, request)
-        if not leased:
-            return None
-        index, item = leased[0]
-        return queues[index], item
-    logger.debug("leasing from %d queues in turn: they are in different slots", len(queues))
-    deadline = time.monotonic() + timeout if timeout else math.inf
-    while True:
-        for queue in queues:
-            found = yield from queue.ops.lease_one(lease_secs, False, 0, at_most_once)
-            if found is not None:
-                return queue, found
-        remaining = deadline - time.monotonic()
-        if not block or remaining <= 0:
-            return None
-        first = queues[0]
-        wait = min(remaining, FALLBACK_SLICE)
-        found = yield from first.ops.lease_one(lease_secs, True, wait, at_most_once, max_block)
-        if found is not None:
-            return first, found
+    for index, queue in enumerate(queues):
+        if not isinstance(queue, QueueBase):
+            raise InvalidArgumentTypeError(
+                f"{what} takes queues, but queues[{index}] is a {type(queue).__name__}: pass "
+                "WorkQueue (or AsyncWorkQueue) objects"
+            )
+    return [queue.ops for queue in queues]
 
 
-def complete_and_lease_steps(
-    queue: Q, item: Item, queues: Sequence[Q], lease_secs: float, together: bool = True
-) -> Steps[tuple[bool, tuple[Q, Item] | None]]:
-    """The operation behind :func:`~redis_work_queue.complete_and_lease_from` and its twin.
+def ops_of_one(queue: QueueBase, what: str) -> QueueOps:
+    """The operations of ``queue``, checked to be a queue.
 
-    One script call (``lua/lease.lua`` with a completion) when ``queue`` is one of ``queues``,
-    they can be leased from together and ``queue`` waits for no replicas; otherwise the
-    completion, then a lease that does not block, as two calls.
+    Raises:
+        InvalidArgumentTypeError: It is not; ``what`` names the call.
     """
-    if not queues:
-        raise InvalidArgumentError("complete_and_lease_from needs at least one queue to lease from")
     if not isinstance(queue, QueueBase):
         raise InvalidArgumentTypeError(
-            f"complete_and_lease_from completes an item of a queue, not of {type(queue).__name__}"
+            f"{what} completes an item of a queue, not of {type(queue).__name__}"
         )
-    item = check_item(item)
-    request = LeaseRequest.of(lease_secs)
-    prefix = queue.ops.keys.prefix
-    index = next((i for i, q in enumerate(queues) if q.ops.keys.prefix == prefix), None)
-    if index is None or not together or queue.ops.replicas:
-        done = yield from queue.ops.complete_one(item)
-        leased = yield from lease_from_steps(
-            queues,
-            lease_secs,
-            block=False,
-            timeout=0,
-            at_most_once=False,
-            max_block=0,
-            together=together,
-        )
-        return done, leased
-    ops = [q.ops for q in queues]
-    done, rows = yield from complete_and_lease(ops, index, item.id(), request)
-    if not rows:
-        return done, None
-    found, got = rows[0]
-    return done, (queues[found], got)
-
-
-#: Script calls sent per round trip by the methods that make many independent calls.
-PIPELINE_CHUNK = 1000
-
-
-def first_call(steps: Steps[bool]) -> ScriptCall:
-    """The one script call of a single-call operation (its checks run here)."""
-    call = next(steps)
-    steps.close()
-    if not isinstance(call, ScriptCall):  # pragma: no cover - the operations used are one call
-        raise TypeError(f"expected a script call, not {call!r}")
-    return call
+    return queue.ops

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from .item import Item
 
@@ -138,3 +140,103 @@ class QueueCounts:
     dead: int = 0
     expired: int = 0
     requeued: int = 0
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    """What one clean did.
+
+    Attributes:
+        examined: Ids looked at (light clean: processing-list entries; deep clean: data keys).
+        requeued: Items pushed back onto the main queue.
+        dropped: Ids removed from the processing list because their item no longer exists (or
+            because they were a second entry of the same id).
+        dead: Items moved to the dead-letter store: their lease expired on their last allowed
+            delivery.
+        forgotten: Items whose delivery count and reason were dropped because the item no longer
+            exists.
+    """
+
+    examined: int = 0
+    requeued: int = 0
+    dropped: int = 0
+    dead: int = 0
+    forgotten: int = 0
+
+
+@dataclass(frozen=True)
+class CleanProgress:
+    """How far a deep clean has got, as passed to its progress callback.
+
+    Attributes:
+        phase: The step running: ``scan``, ``walk``, ``hold``, ``recheck``, ``processing``,
+            ``requeue``, ``forget``, then ``done``.
+        examined: Data keys examined so far.
+        requeued: Items requeued so far.
+        dropped: Processing-list entries dropped so far.
+        dead: Items moved to the dead-letter store so far.
+        forgotten: Bookkeeping entries dropped so far.
+        elapsed: Seconds since the clean started.
+        longest_call: The most server time one call of the clean has taken, in seconds.
+    """
+
+    phase: str
+    examined: int
+    requeued: int
+    dropped: int
+    dead: int
+    forgotten: int
+    elapsed: float
+    longest_call: float
+
+    @property
+    def rate(self) -> float:
+        """Data keys examined per second."""
+        return self.examined / self.elapsed if self.elapsed > 0 else 0.0
+
+
+ProgressCallback = Callable[[CleanProgress], None]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A live worker of a queue, as its last heartbeat described it.
+
+    Attributes:
+        id: The worker's id (``host:pid:random``).
+        host: The host it runs on.
+        pid: Its process id.
+        queues: The queues it serves, highest priority first.
+        started: When it started (Unix time, seconds).
+        beat: When it last beat (Unix time, seconds, server clock).
+        lapses: When its registration lapses unless it beats again (Unix time, seconds).
+        completed: Items it completed so far.
+        failed: Items whose handler failed (timeouts included).
+        lost: Items it lost (completed elsewhere, or whose lease it could not renew).
+    """
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    started: float
+    beat: float
+    lapses: float
+    completed: int
+    failed: int
+    lost: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The worker as a JSON-ready dict."""
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "queues": list(self.queues),
+            "started": self.started,
+            "beat": self.beat,
+            "lapses": self.lapses,
+            "completed": self.completed,
+            "failed": self.failed,
+            "lost": self.lost,
+        }

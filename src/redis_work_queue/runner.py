@@ -5,7 +5,7 @@ the handler, complete or release), reconnecting with capped exponential backoff,
 renewer and job timeouts (the watchdog), heartbeats, the fleet's light clean and the health
 file (housekeeping), counts, failure records and retry delays.
 
-The loops are generators of :class:`Action` objects, in the manner of :mod:`.protocol`: a
+The loops are generators of :class:`Action` objects, in the manner of :mod:`.calls`: a
 driver (:func:`drive` for threads, :func:`adrive` for asyncio) performs each action and sends
 its result back, or throws its exception in. The runners in :mod:`.worker` and
 :mod:`.aioworker` only start drivers and own threads, processes or tasks.
@@ -44,7 +44,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import health, protocol
+from . import health, transport
+from .calls import Steps
 from .durations import DurationRecorder
 from .errors import (
     CrossSlotError,
@@ -54,6 +55,7 @@ from .errors import (
     WrongKeyTypeError,
 )
 from .item import Item
+from .ops import health as health_ops
 from .results import Released
 from .validation import MAX_SECS
 
@@ -547,9 +549,9 @@ class Op(NamedTuple):
 
 @dataclass(frozen=True)
 class Run:
-    """Drive one operation of :mod:`.protocol` (sync or asyncio alike)."""
+    """Drive one operation of :mod:`.ops` (sync or asyncio alike)."""
 
-    steps: protocol.Steps[Any]
+    steps: Steps[Any]
 
 
 @dataclass(frozen=True)
@@ -1016,7 +1018,7 @@ class Core:
                 prefix = queue.name.prefix
                 deltas = self.durations.take(prefix)
                 try:
-                    yield Run(health.heartbeat_steps(queue.keys, self.worker_id, 0, {}, deltas))
+                    yield Run(health_ops.heartbeat_steps(queue.keys, self.worker_id, 0, {}, deltas))
                 except Exception as err:
                     logger.info(
                         "could not remove the registration (it lapses), nor flush the job "
@@ -1044,7 +1046,7 @@ class Core:
             deltas = self.durations.take(prefix)
             try:
                 yield Run(
-                    health.heartbeat_steps(queue.keys, self.worker_id, ttl_ms, fields, deltas)
+                    health_ops.heartbeat_steps(queue.keys, self.worker_id, ttl_ms, fields, deltas)
                 )
             except Exception as err:
                 self.durations.add(prefix, deltas)  # flushed with a later beat
@@ -1057,7 +1059,9 @@ class Core:
     def _clean(self, interval_ms: int) -> Generator[Action, Any, bool]:
         for queue in self.queues:
             try:
-                mine = yield Run(health.clean_gate_steps(queue.keys, self.worker_id, interval_ms))
+                mine = yield Run(
+                    health_ops.clean_gate_steps(queue.keys, self.worker_id, interval_ms)
+                )
                 if mine:
                     yield Op(queue.light_clean)  # which logs what it did
             except Exception as err:
@@ -1089,7 +1093,7 @@ def drive(
                 if isinstance(action, Op):
                     reply = action.fn(db, *action.args, **action.kwargs)
                 elif isinstance(action, Run):
-                    reply = protocol.run(db, action.steps)
+                    reply = transport.run(db, action.steps)
                 elif isinstance(action, Pause):
                     (core.stop_flag if action.wake else core.finished).wait(action.seconds)
                     reply = None
@@ -1127,7 +1131,7 @@ async def adrive(
                     if inspect.isawaitable(reply):
                         reply = await reply
                 elif isinstance(action, Run):
-                    reply = await protocol.arun(db, action.steps)
+                    reply = await transport.arun(db, action.steps)
                 elif isinstance(action, Pause):
                     end = time.monotonic() + action.seconds
                     while (left := end - time.monotonic()) > 0:

@@ -14,28 +14,24 @@ renames CONFIG) from ``INFO memory``; where both are refused the check says noth
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from . import cluster
-from .errors import WorkQueueError
-from .protocol import Command
-from .scripts import araw_command, raw_command
+from .ops.server import SAFE_POLICY, may_evict, policy_steps
+from .transport import arun, run
 
 logger = logging.getLogger(__name__)
 
-#: The one policy under which Redis never deletes a key to make room (it refuses writes).
-SAFE_POLICY = "noeviction"
+__all__ = [
+    "SAFE_POLICY",
+    "acheck_eviction",
+    "aeviction_policy",
+    "check_eviction",
+    "eviction_message",
+    "eviction_policy",
+    "may_evict",
+]
+
 _CHECKED = "_rwq_eviction_checked"
-
-_Steps = Generator[Command, Any, "str | None"]
-
-
-def may_evict(policy: str) -> bool:
-    """Whether Redis may delete queue keys under ``policy`` (anything but ``noeviction``)."""
-    return policy.lower() != SAFE_POLICY
 
 
 def eviction_message(policy: str) -> str:
@@ -48,106 +44,17 @@ def eviction_message(policy: str) -> str:
     )
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _found(reply: Any, field: str) -> list[str]:
-    """Every value of ``field`` in a parsed reply: a dict (per node, on a cluster) or pairs."""
-    if isinstance(reply, dict):
-        values = []
-        for key, value in reply.items():
-            if _text(key) == field and not isinstance(value, dict | list):
-                values.append(_text(value))
-            else:
-                values += _found(value, field)
-        return values
-    if isinstance(reply, list | tuple):
-        pairs = zip(reply[0::2], reply[1::2], strict=False)
-        return [_text(v) for k, v in pairs if isinstance(k, bytes | str) and _text(k) == field]
-    if isinstance(reply, bytes | str):  # INFO unparsed
-        prefix = field + ":"
-        lines = _text(reply).splitlines()
-        return [line[len(prefix) :].strip() for line in lines if line.startswith(prefix)]
-    return []
-
-
-def _worst(policies: list[str]) -> str | None:
-    """One policy for several nodes: the first that may evict, else the first."""
-    for policy in policies:
-        if may_evict(policy):
-            return policy
-    return policies[0] if policies else None
-
-
-def _policy_steps() -> _Steps:
-    """Read ``maxmemory-policy``: CONFIG GET, else INFO memory, else None."""
-    try:
-        reply = yield Command(("CONFIG", "GET", "maxmemory-policy"))
-        found = _worst(_found(reply, "maxmemory-policy"))
-        if found is not None:
-            return found
-    except (RedisError, WorkQueueError) as err:
-        logger.debug("CONFIG GET maxmemory-policy refused (%s); reading INFO memory", err)
-    try:
-        reply = yield Command(("INFO", "memory"))
-    except (RedisError, WorkQueueError) as err:
-        logger.debug("INFO memory refused too (%s): the eviction policy is unknown", err)
-        return None
-    return _worst(_found(reply, "maxmemory_policy"))
-
-
-def _targets(db: Any) -> dict[str, Any]:
-    """On Redis Cluster, ask every primary (each has its own policy)."""
-    return {"target_nodes": db.get_primaries()} if cluster.is_cluster(db) else {}
-
-
-def _drive(db: Any, steps: _Steps) -> str | None:
-    """Run the steps, handing a refused command back to them as its error."""
-    options = _targets(db)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: str | None = done.value
-            return result
-        try:
-            reply, error = raw_command(db, *call.args, **options), None
-        except (RedisError, WorkQueueError) as err:
-            reply, error = None, err
-
-
-async def _adrive(db: Any, steps: _Steps) -> str | None:
-    if cluster.is_cluster(db):
-        await db.initialize()  # a new client reads the slot map on first use
-    options = _targets(db)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: str | None = done.value
-            return result
-        try:
-            reply, error = await araw_command(db, *call.args, **options), None
-        except (RedisError, WorkQueueError) as err:
-            reply, error = None, err
-
-
 def eviction_policy(db: Any) -> str | None:
     """The server's ``maxmemory-policy``, or None when neither CONFIG GET nor INFO may be run.
 
     On Redis Cluster, a policy that may evict wins over ``noeviction`` if the nodes differ.
     """
-    return _drive(db, _policy_steps())
+    return run(db, policy_steps())
 
 
 async def aeviction_policy(db: Any) -> str | None:
     """Asynchronous :func:`eviction_policy`, for a ``redis.asyncio`` client."""
-    return await _adrive(db, _policy_steps())
+    return await arun(db, policy_steps())
 
 
 def _report(db: Any, policy: str | None, log: bool) -> str | None:

@@ -7,29 +7,24 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
-from . import cluster
-from .cleaning import CleanReport, ProgressCallback
-from .clients import SyncClient, SyncPipeline, max_block
+from .clients import SyncClient, SyncPipeline
 from .item import Item
-from .protocol import ScriptCall, run
-from .queue_base import (
-    FALLBACK_SLICE,
-    PIPELINE_CHUNK,
-    QueueBase,
-    complete_and_lease_steps,
-    first_call,
-    leasable_together,
-    lease_from_steps,
-)
+from .ops import PIPELINE_CHUNK
+from .ops import lease as lease_ops
+from .ops.lease import FALLBACK_SLICE
+from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
+    CleanReport,
     DeadLetter,
     FlushReport,
     PendingItem,
+    ProgressCallback,
     QueueCounts,
     QueuedItem,
     QueueStats,
     Released,
 )
+from .transport import run
 
 #: The facade and its ``lease_from``; the shared layer's names stay importable from here.
 __all__ = [
@@ -212,7 +207,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``lease_secs`` or ``timeout`` is out of range.
             WrongKeyTypeError: A queue key holds the wrong Redis type.
         """
-        steps = self.ops.lease_one(lease_secs, block, timeout, at_most_once, max_block(db))
+        steps = self.ops.lease_one(lease_secs, block, timeout, at_most_once)
         return run(db, steps)
 
     def lease_many(
@@ -232,7 +227,7 @@ class WorkQueue(QueueBase):
         Returns:
             The leased items; empty when nothing could be leased.
         """
-        steps = self.ops.lease(lease_secs, block, timeout, at_most_once, max_block(db), count)
+        steps = self.ops.lease(lease_secs, block, timeout, at_most_once, count)
         return run(db, steps)
 
     def renew(self, db: SyncClient, item: Item, lease_secs: float) -> bool:
@@ -314,7 +309,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: An item was not leased by this library, or ``lease_secs`` is
                 out of range (checked for every item before anything is sent).
         """
-        return _pipelined(db, [first_call(self.ops.renew(i, lease_secs)) for i in items])
+        return run(db, self.ops.renew_many(items, lease_secs))
 
     def give_back(
         self, db: SyncClient, items: Iterable[Item], reason: str | None = None
@@ -333,8 +328,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: An item was not leased by this library (checked for every item
                 before anything is sent).
         """
-        calls = [first_call(self.ops.release(i, 0, reason, undo=True)) for i in items]
-        return _pipelined(db, calls)
+        return run(db, self.ops.give_back(items, reason))
 
     @contextmanager
     def leased(
@@ -585,11 +579,11 @@ def lease_from(
     Raises:
         InvalidArgumentError: No queues, or an argument out of range.
     """
-    together = leasable_together(db, queues)
-    steps = lease_from_steps(
-        queues, lease_secs, block, timeout, at_most_once, max_block(db), together
+    steps = lease_ops.lease_from(
+        ops_of(queues, "lease_from"), lease_secs, block, timeout, at_most_once
     )
-    return run(db, steps)
+    found = run(db, steps)
+    return None if found is None else (queues[found[0]], found[1])
 
 
 def complete_and_lease_from(
@@ -625,18 +619,9 @@ def complete_and_lease_from(
         InvalidArgumentError: No queues, ``item`` is not an :class:`Item` or ``lease_secs``
             is out of range; nothing was changed.
     """
-    together = leasable_together(db, queues)
-    return run(db, complete_and_lease_steps(queue, item, queues, lease_secs, together))
-
-
-def _pipelined(db: SyncClient, calls: Sequence[ScriptCall]) -> list[bool]:
-    """Send independent script calls in pipelines of :data:`PIPELINE_CHUNK`; their flags."""
-    flags: list[bool] = []
-    for start in range(0, len(calls), PIPELINE_CHUNK):
-        pipe = db.pipeline(transaction=False)
-        for call in calls[start : start + PIPELINE_CHUNK]:
-            if cluster.is_cluster(db):
-                cluster.slot_of((*call.keys, *call.slot_keys))
-            call.script.queue_on(pipe, call.keys, call.args)
-        flags += (bool(int(reply)) for reply in pipe.execute())
-    return flags
+    what = "complete_and_lease_from"
+    steps = lease_ops.complete_and_lease_from(
+        ops_of_one(queue, what), item, ops_of(queues, what), lease_secs
+    )
+    done, found = run(db, steps)
+    return done, None if found is None else (queues[found[0]], found[1])

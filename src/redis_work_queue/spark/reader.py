@@ -34,9 +34,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..errors import InvalidArgumentError
-from ..protocol import run
+from ..ops.spark import PARTS, Entry, snapshot_page
 from ..scripts import raw_command
-from .calls import PARTS, Entry, connect, snapshot_page
+from ..transport import run
+from .calls import connect
 from .options import COLUMNS, ReadOptions
 
 #: The states of the items each part of a queue holds.

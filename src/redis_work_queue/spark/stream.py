@@ -90,9 +90,10 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgumentError
 from ..item import Item, new_id
-from ..protocol import run
+from ..ops.spark import complete_held, snapshot_page
 from ..scripts import raw_command
-from .calls import complete_held, connect, snapshot_page
+from ..transport import run
+from .calls import connect
 from .options import KEEP_SECS, StreamOptions, batch_key
 from .reader import Rows
 

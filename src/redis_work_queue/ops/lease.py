@@ -15,20 +15,23 @@ followed by another look. Once items come, the rest of the count is taken withou
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import scripts
-from .errors import InvalidArgumentError
-from .item import Item
-from .protocol import Command, ScriptCall, Sleep, Steps
-from .validation import decode, new_token, to_ms
+from .. import scripts
+from ..calls import Ask, Command, ScriptCall, Sleep, Steps
+from ..errors import InvalidArgumentError
+from ..item import Item
+from ..validation import check_item, decode, new_token, to_ms
 
 if TYPE_CHECKING:
-    from .ops import QueueOps
+    from .queue import QueueOps
+
+logger = logging.getLogger("redis_work_queue")
 
 #: The lease script's reply when it spent its budget without handing anything out: call again
 #: (``CALL_AGAIN`` in lua/lease.lua).
@@ -52,6 +55,9 @@ WAIT_SLICE_SECS = 1.0
 REGISTRATION_GRACE_MS = 1000
 #: The shortest wait: a blocking lease with less time left than this does not wait.
 MIN_WAIT_SECS = 0.001
+#: How long a worker leasing from queues in several cluster slots waits on its first queue
+#: before it looks at the others again.
+FALLBACK_SLICE = 0.5
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,12 @@ class LeaseRequest:
         lease_ms = to_ms(lease_secs, "lease_secs")
         timeout_ms = to_ms(timeout, "timeout", minimum=0) if block else 0
         return cls(count, lease_ms, bool(at_most_once), bool(block), timeout_ms, max_block)
+
+    def blocking_at_most(self, max_block: float) -> LeaseRequest:
+        """This request, its single blocking command at most ``max_block`` seconds long."""
+        return LeaseRequest(
+            self.count, self.lease_ms, self.at_most_once, self.block, self.timeout_ms, max_block
+        )
 
     @property
     def chunk(self) -> int:
@@ -212,7 +224,7 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
     Returns:
         (queue index, item) pairs, in the order handed out; empty when nothing came in time.
     """
-    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+    plan = plan_of(queues)
     waiter = _Waiter(request) if request.block else None
     while True:
         token = new_token()
@@ -247,7 +259,7 @@ def complete_and_lease(
     Returns:
         Whether this call completed the item, and the (queue index, item) pairs leased.
     """
-    plan = queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+    plan = plan_of(queues)
     token = new_token()
     done, reply = yield plan.lease(request, token, request.chunk, finish=(index, item_id))
     if reply == CALL_AGAIN:
@@ -352,3 +364,82 @@ def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int,
         (reply[k] - 1, handed_out(decode(reply[k + 1]), reply[k + 2], reply[k + 3], lease_token))
         for k in range(0, len(reply) - 1, 4)
     ]
+
+
+def lease_from(
+    queues: Sequence[QueueOps],
+    lease_secs: float,
+    block: bool,
+    timeout: float,
+    at_most_once: bool,
+) -> Steps[tuple[int, Item] | None]:
+    """Lease one item from the first of ``queues`` that has one; see ``lease_from``.
+
+    The queues are looked at in one script call when they can be named together (always on one
+    server; on Redis Cluster when they share a slot); otherwise each is tried in turn, and a
+    blocked caller waits on the first for at most :data:`FALLBACK_SLICE` at a time.
+
+    Returns:
+        The index in ``queues`` of the item's queue, and the item; None when nothing came.
+    """
+    if not queues:
+        raise InvalidArgumentError("lease_from needs at least one queue")
+    request = LeaseRequest.of(lease_secs, block=block, timeout=timeout, at_most_once=at_most_once)
+    if block:
+        request = request.blocking_at_most((yield Ask("max_block")))
+    if len(queues) == 1 or (yield Ask("together", plan_of(queues).slot_keys)):
+        leased = yield from lease_items(queues, request)
+        return leased[0] if leased else None
+    logger.debug("leasing from %d queues in turn: they are in different slots", len(queues))
+    deadline = time.monotonic() + timeout if timeout else math.inf
+    look = LeaseRequest.of(lease_secs, at_most_once=at_most_once)
+    while True:
+        for index, queue in enumerate(queues):
+            found = yield from lease_items([queue], look)
+            if found:
+                return index, found[0][1]
+        remaining = deadline - time.monotonic()
+        if not block or remaining <= 0:
+            return None
+        wait = LeaseRequest.of(
+            lease_secs,
+            block=True,
+            timeout=min(remaining, FALLBACK_SLICE),
+            at_most_once=at_most_once,
+            max_block=request.max_block,
+        )
+        found = yield from lease_items(queues[:1], wait)
+        if found:
+            return 0, found[0][1]
+
+
+def complete_and_lease_from(
+    queue: QueueOps, item: Item, queues: Sequence[QueueOps], lease_secs: float
+) -> Steps[tuple[bool, tuple[int, Item] | None]]:
+    """Complete ``item`` of ``queue``, then lease from ``queues``; see ``complete_and_lease_from``.
+
+    One script call (``lua/lease.lua`` with a completion) when ``queue`` is one of ``queues``,
+    they can be leased from together and ``queue`` waits for no replicas; otherwise the
+    completion, then a lease that does not block, as two calls.
+
+    Returns:
+        Whether this call completed the item, and the (index in ``queues``, item) leased.
+    """
+    if not queues:
+        raise InvalidArgumentError("complete_and_lease_from needs at least one queue to lease from")
+    item = check_item(item)
+    request = LeaseRequest.of(lease_secs)
+    prefix = queue.keys.prefix
+    index = next((i for i, q in enumerate(queues) if q.keys.prefix == prefix), None)
+    together = len(queues) == 1 or (yield Ask("together", plan_of(queues).slot_keys))
+    if index is None or not together or queue.replicas:
+        done = yield from queue.complete_one(item)
+        leased = yield from lease_from(queues, lease_secs, False, 0, False)
+        return done, leased
+    done, rows = yield from complete_and_lease(queues, index, item.id(), request)
+    return done, rows[0] if rows else None
+
+
+def plan_of(queues: Sequence[QueueOps]) -> LeasePlan:
+    """The lease plan of ``queues``: a queue's own for one queue, else a new one."""
+    return queues[0].plan if len(queues) == 1 else LeasePlan(queues)

@@ -1,4 +1,4 @@
-"""Every queue operation, written once as a generator of Redis calls (see :mod:`.protocol`).
+"""The queue's operations, each written once as a generator of Redis calls (see :mod:`..calls`).
 
 This module builds script arguments and parses replies; it never talks to Redis itself.
 """
@@ -10,36 +10,28 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import cleaning, cluster, scripts
-from .cleaning import CleanReport
-from .clients import Reply, max_block
-from .errors import (
+from .. import cluster, scripts
+from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
+from ..clients import Reply
+from ..errors import (
     InvalidArgumentTypeError,
     OutcomeUnknownError,
     ReplicationError,
 )
-from .item import Item
-from .keyprefix import QueueKeys
-from .lease import (
-    LEASE_BUDGET,
-    LEASE_CHUNK,
-    TICK_SECS,
-    WAIT_SLICE_SECS,
-    LeasePlan,
-    LeaseRequest,
-    lease_items,
-)
-from .protocol import Command, ScriptCall, Steps
-from .results import (
+from ..item import Item
+from ..keyprefix import QueueKeys
+from ..results import (
+    CleanReport,
     DeadLetter,
     FlushReport,
     PendingItem,
+    ProgressCallback,
     QueueCounts,
     QueuedItem,
     QueueStats,
     Released,
 )
-from .validation import (
+from ..validation import (
     MAX_SECS,
     check_item,
     check_max_deliveries,
@@ -50,6 +42,16 @@ from .validation import (
     new_token,
     to_ms,
     when_due,
+)
+from . import cleaning
+from .lease import (
+    LEASE_BUDGET,
+    LEASE_CHUNK,
+    TICK_SECS,
+    WAIT_SLICE_SECS,
+    LeasePlan,
+    LeaseRequest,
+    lease_items,
 )
 
 logger = logging.getLogger("redis_work_queue")
@@ -65,6 +67,7 @@ __all__ = [
     "LEASE_BUDGET",
     "LEASE_CHUNK",
     "MAX_SECS",
+    "PIPELINE_CHUNK",
     "SCAN_COUNT",
     "STATS_CHUNK",
     "TICK_SECS",
@@ -86,7 +89,6 @@ __all__ = [
     "decode",
     "held_token",
     "lease_items",
-    "max_block",
     "new_token",
     "parse_counts",
     "to_ms",
@@ -106,6 +108,8 @@ COMPLETE_CHUNK = 500
 STATS_CHUNK = 2000
 #: Keys one flush step deletes.
 FLUSH_CHUNK = 1000
+#: Script calls sent per round trip by the operations that make many independent calls.
+PIPELINE_CHUNK = 1000
 
 
 def parse_counts(reply: Any) -> QueueCounts:
@@ -187,7 +191,7 @@ class QueueOps:
         """A call of ``lua/<name>.lua`` with this queue's KEYS and leading ARGV, then ``args``.
 
         For operations written on the same conventions outside this module (the Spark data
-        source's snapshot pages and held completes), to be driven by ``protocol.run``/``arun``.
+        source's snapshot pages and held completes), to be driven by ``transport.run``/``arun``.
         """
         return self._call(name, *args)
 
@@ -312,18 +316,14 @@ class QueueOps:
         block: bool,
         timeout: float,
         at_most_once: bool = False,
-        max_block: float = 60.0,
         count: int = 1,
     ) -> Steps[list[Item]]:
         """Lease up to ``count`` items; see ``WorkQueue.lease``."""
         request = LeaseRequest.of(
-            lease_secs,
-            block=block,
-            timeout=timeout,
-            at_most_once=at_most_once,
-            max_block=max_block,
-            count=count,
+            lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, count=count
         )
+        if block:
+            request = request.blocking_at_most((yield Ask("max_block")))
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
@@ -333,18 +333,39 @@ class QueueOps:
         block: bool,
         timeout: float,
         at_most_once: bool = False,
-        max_block: float = 60.0,
     ) -> Steps[Item | None]:
         """Lease one item, or None; see ``WorkQueue.lease``."""
-        leased = yield from self.lease(lease_secs, block, timeout, at_most_once, max_block)
+        leased = yield from self.lease(lease_secs, block, timeout, at_most_once)
         return leased[0] if leased else None
 
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
+        return bool((yield self.renew_call(item, lease_secs)))
+
+    def renew_call(self, item: Item, lease_secs: float) -> ScriptCall:
+        """The one call of :meth:`renew` (its arguments are checked here)."""
         item, token = held_token(item)
         ms = to_ms(lease_secs, "lease_secs")
         renew = scripts.load("renew")
-        return bool((yield ScriptCall(renew, (self.keys.lease(item.id()),), (token, ms))))
+        return ScriptCall(renew, (self.keys.lease(item.id()),), (token, ms))
+
+    def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
+        """Extend many held leases, one call each, sent together; one flag per item."""
+        return (yield from self._pipelined([self.renew_call(i, lease_secs) for i in items]))
+
+    def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
+        """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
+        calls = [self.release_call(i, 0, reason, undo=True) for i in items]
+        return (yield from self._pipelined(calls))
+
+    @staticmethod
+    def _pipelined(calls: Sequence[ScriptCall]) -> Steps[list[bool]]:
+        """Independent one-call operations, :data:`PIPELINE_CHUNK` per round trip; their flags."""
+        flags: list[bool] = []
+        for chunk in _chunks(calls, PIPELINE_CHUNK):
+            replies = yield Pipelined(tuple(chunk))
+            flags += (bool(int(reply)) for reply in replies)
+        return flags
 
     def release(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
@@ -360,6 +381,12 @@ class QueueOps:
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[Released]:
         """Give a held item back and say where it went; see :meth:`release`."""
+        return Released(int((yield self.release_call(item, delay, reason, undo))))
+
+    def release_call(
+        self, item: Item, delay: float, reason: str | None, undo: bool = False
+    ) -> ScriptCall:
+        """The one call of :meth:`release_outcome` (its arguments are checked here)."""
         item, token = held_token(item)
         delay_ms = to_ms(delay, "delay", minimum=0)
         extra: tuple[str, ...] = ()
@@ -368,8 +395,7 @@ class QueueOps:
                 raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
             extra = (reason,)
         flag = "1" if undo else "0"
-        call = self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
-        return Released(int((yield call)))
+        return self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
 
     # Completing -------------------------------------------------------------------------------
 
@@ -428,7 +454,7 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
-    def deep_clean(self, progress: cleaning.ProgressCallback | None = None) -> Steps[CleanReport]:
+    def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
         """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
         return (yield from cleaning.deep_clean(self, new_token(), progress))
 

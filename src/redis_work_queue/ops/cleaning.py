@@ -1,4 +1,4 @@
-"""The light and deep cleans, written once as generators of Redis calls (see :mod:`.protocol`).
+"""The light and deep cleans, written once as generators of Redis calls (see :mod:`..calls`).
 
 Every step is one script call that reports the server time it took (``TIME`` inside the
 script); the size of the next step of the same kind is adapted from it so that each call holds
@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .protocol import Command, Steps
+from ..calls import Command, Steps
+from ..results import CleanProgress, CleanReport, ProgressCallback
 
 if TYPE_CHECKING:
-    from .ops import QueueOps
+    from .queue import QueueOps
 
 logger = logging.getLogger("redis_work_queue")
 
@@ -56,62 +56,6 @@ FORGET_PER_PASS = 1000
 #: Seconds between two calls of a progress callback, and between two INFO log lines.
 PROGRESS_SECS = 0.5
 LOG_SECS = 5.0
-
-
-@dataclass(frozen=True)
-class CleanReport:
-    """What one clean did.
-
-    Attributes:
-        examined: Ids looked at (light clean: processing-list entries; deep clean: data keys).
-        requeued: Items pushed back onto the main queue.
-        dropped: Ids removed from the processing list because their item no longer exists (or
-            because they were a second entry of the same id).
-        dead: Items moved to the dead-letter store: their lease expired on their last allowed
-            delivery.
-        forgotten: Items whose delivery count and reason were dropped because the item no longer
-            exists.
-    """
-
-    examined: int = 0
-    requeued: int = 0
-    dropped: int = 0
-    dead: int = 0
-    forgotten: int = 0
-
-
-@dataclass(frozen=True)
-class CleanProgress:
-    """How far a deep clean has got, as passed to its progress callback.
-
-    Attributes:
-        phase: The step running: ``scan``, ``walk``, ``hold``, ``recheck``, ``processing``,
-            ``requeue``, ``forget``, then ``done``.
-        examined: Data keys examined so far.
-        requeued: Items requeued so far.
-        dropped: Processing-list entries dropped so far.
-        dead: Items moved to the dead-letter store so far.
-        forgotten: Bookkeeping entries dropped so far.
-        elapsed: Seconds since the clean started.
-        longest_call: The most server time one call of the clean has taken, in seconds.
-    """
-
-    phase: str
-    examined: int
-    requeued: int
-    dropped: int
-    dead: int
-    forgotten: int
-    elapsed: float
-    longest_call: float
-
-    @property
-    def rate(self) -> float:
-        """Data keys examined per second."""
-        return self.examined / self.elapsed if self.elapsed > 0 else 0.0
-
-
-ProgressCallback = Callable[[CleanProgress], None]
 
 
 class Pace:

@@ -1,0 +1,112 @@
+"""Worker health as operations: a worker's heartbeat, the fleet's light-clean turn, live workers.
+
+Each running worker registers itself in every queue it serves (``lua/heartbeat.lua``):
+``<P>:workers`` (sorted set, worker id -> ms its registration lapses) and ``<P>:worker:<id>``
+(hash: host, pid, queues, started, beat, completed, failed, lost). Both expire on their own, so a
+worker killed with SIGKILL vanishes from the listing once its registration lapses; a clean stop
+removes it at once. Each queue's keys stay in that queue's slot (Redis Cluster safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import scripts
+from ..calls import Command, ScriptCall, Steps
+from ..keyprefix import QueueKeys
+from ..results import WorkerInfo
+from ..validation import decode
+
+
+def heartbeat_steps(
+    keys: QueueKeys,
+    worker_id: str,
+    ttl_ms: int,
+    fields: dict[str, str | int | float],
+    durations: Mapping[str, int] | None = None,
+) -> Steps[int]:
+    """Register (or, with ``ttl_ms`` 0, unregister) a worker; returns the live worker count.
+
+    ``durations`` (histogram field -> increment, see :mod:`.durations`) are added to
+    ``<P>:durations`` in the same call.
+    """
+    deltas = [(name, value) for name, value in (durations or {}).items() if value]
+    args: list[scripts.Arg] = [worker_id, ttl_ms, len(deltas)]
+    for name, value in deltas:
+        args += (name, value)
+    for name, field_value in fields.items():
+        args += (name, field_value)
+    call = ScriptCall(
+        scripts.load("heartbeat"),
+        keys.script_keys,
+        (*keys.script_args, *args),
+        None,
+        (keys.workers, keys.worker(worker_id), keys.durations),
+    )
+    return int((yield call))
+
+
+def clean_gate_steps(keys: QueueKeys, worker_id: str, interval_ms: int) -> Steps[bool]:
+    """Take the fleet's turn to light-clean the queue: True for at most one worker per interval.
+
+    It is ``SET <P>:cleaned <worker> NX PX <interval>``; the caller cleans after. A worker that
+    dies between the two leaves the turn unused: the next interval cleans.
+    """
+    reply = yield Command(
+        ("SET", keys.cleaned, worker_id, "NX", "PX", interval_ms),
+        route=keys.queue,
+        slot_keys=(keys.cleaned,),
+    )
+    return reply is not None
+
+
+def _text(fields: dict[Any, Any], name: str) -> str:
+    value = fields.get(name.encode(), fields.get(name, b""))
+    return decode(value) if isinstance(value, bytes | str) else str(value)
+
+
+def _number(fields: dict[Any, Any], name: str) -> float:
+    try:
+        return float(_text(fields, name) or 0)
+    except ValueError:
+        return 0.0
+
+
+def workers_steps(keys: QueueKeys) -> Steps[list[WorkerInfo]]:
+    """The queue's live workers (registrations not lapsed), oldest registration first."""
+    seconds, micros = yield Command(("TIME",), route=keys.queue)
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    rows = yield Command(
+        ("ZRANGE", keys.workers, f"({now_ms}", "+inf", "BYSCORE", "WITHSCORES"),
+        route=keys.queue,
+        slot_keys=(keys.workers,),
+    )
+    if rows and isinstance(rows[0], list | tuple):  # RESP3: [[member, score], ...]
+        pairs = [(row[0], row[1]) for row in rows]
+    else:
+        pairs = list(zip(rows[::2], rows[1::2], strict=True))
+    found: list[WorkerInfo] = []
+    for raw_id, lapses in pairs:
+        worker_id = decode(raw_id)
+        key = keys.worker(worker_id)
+        flat = yield Command(("HGETALL", key), route=keys.queue, slot_keys=(key,))
+        fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+        if not fields:
+            continue
+        queues = _text(fields, "queues")
+        found.append(
+            WorkerInfo(
+                id=worker_id,
+                host=_text(fields, "host"),
+                pid=int(_number(fields, "pid")),
+                queues=tuple(queues.split("\n")) if queues else (),
+                started=_number(fields, "started"),
+                beat=_number(fields, "beat") / 1000,
+                lapses=float(lapses) / 1000,
+                completed=int(_number(fields, "completed")),
+                failed=int(_number(fields, "failed")),
+                lost=int(_number(fields, "lost")),
+            )
+        )
+    return found

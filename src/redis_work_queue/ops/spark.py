@@ -1,0 +1,96 @@
+"""The operations the Spark data source adds to the queue's: snapshot pages and held completes.
+
+Both are generators of script calls with the uniform KEYS and ARGV of
+``lua/include/queue.lua`` (see :meth:`.queue.QueueOps.script_call`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import scripts
+from ..calls import Steps
+from ..validation import decode
+from .queue import QueueOps
+
+#: The parts of a queue a snapshot reads, and the state of the items in each.
+PARTS = ("queue", "processing", "delayed", "dead")
+#: Pairs one ``complete_held`` call completes.
+COMPLETE_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item as a snapshot page sees it.
+
+    Attributes:
+        id: The item's id.
+        data: Its data.
+        deliveries: How many times it has been handed out.
+        lease_left: Seconds left on its lease, or None when it has none.
+        reason: The reason its last try failed (or why it died), or None.
+    """
+
+    id: str
+    data: bytes
+    deliveries: int
+    lease_left: float | None
+    reason: str | None
+
+    def state(self, part: str) -> str:
+        """The item's state, given the part of the queue it was read from."""
+        if part == "queue":
+            return "queued"
+        if part == "processing":
+            return "leased" if self.lease_left is not None else "expired"
+        return part
+
+
+def snapshot_page(
+    ops: QueueOps, part: str, max_bytes: int, *args: scripts.Arg
+) -> Steps[tuple[int, list[Entry]]]:
+    """Read one page of a part of the queue (see ``lua/snapshot.lua``).
+
+    Args:
+        ops: The queue.
+        part: ``queue``, ``processing``, ``delayed``, ``dead`` or ``ids``.
+        max_bytes: Stop after the entry that brings the data read to this many bytes.
+        *args: The first and last position (or rank) of the page, or the ids.
+
+    Returns:
+        How many entries were looked at, and the items among them.
+    """
+    examined, rows = yield ops.script_call("snapshot", part, max_bytes, *args)
+    entries = [
+        Entry(
+            decode(raw_id),
+            bytes(data),
+            int(deliveries),
+            int(left) / 1000 if int(left) >= 0 else None,
+            None if reason is None else decode(reason),
+        )
+        for raw_id, data, deliveries, left, reason in rows
+    ]
+    return int(examined), entries
+
+
+def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
+    """Complete the items whose lease the caller still holds.
+
+    Args:
+        ops: The queue.
+        held: Pairs of an item id and the lease value it was given (``Item.lease_token``).
+
+    Returns:
+        How many items this call completed; the others were not held any more.
+    """
+    done = 0
+    for start in range(0, len(held), COMPLETE_CHUNK):
+        fields: list[scripts.Arg] = []
+        for item_id, token in held[start : start + COMPLETE_CHUNK]:
+            fields += (item_id, token)
+        flags: Any = yield ops.script_call("complete_held", *fields)
+        done += sum(int(flag) for flag in flags)
+    return done
