@@ -10,15 +10,49 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Generator
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from redis import exceptions as rex
 
-from . import cluster, replicated, scripts
+from . import cluster, replicated, scripts, wire
 from .calls import Ask, Call, Command, Pipelined, ScriptCall, Sleep, Steps, adrive, drive
 from .clients import max_block
+from .errors import InvalidArgumentError
 
 T = TypeVar("T")
+
+
+Path = Literal["auto", "public", "lean"]
+
+
+def use(db: Any, path: Path) -> None:
+    """Choose how calls are sent on ``db``.
+
+    ``"public"`` sends them through redis-py's command layer; ``"lean"`` takes the lean path,
+    for the clients it was tested with; ``"auto"`` (the default) takes the lean path where it
+    applies, else the public one.
+
+    Raises:
+        InvalidArgumentError: ``path`` is none of those, or ``"lean"`` was asked for a client the
+            lean path does not take.
+    """
+    if path not in ("auto", "public", "lean"):
+        raise InvalidArgumentError(f"path must be 'auto', 'public' or 'lean', not {path!r}")
+    wire.FORCED.pop(db, None)
+    if path == "lean" and not lean_available(db):
+        raise InvalidArgumentError(
+            f"the lean path does not take this client ({type(db).__name__}): use 'auto' or 'public'"
+        )
+    if path != "auto":
+        wire.FORCED[db] = path
+
+
+def lean_available(db: Any) -> bool:
+    """Whether calls on ``db`` take the lean path when it is not forced off."""
+    if cluster.is_cluster(db):
+        return False
+    pool = wire.alean_pool(db) if "asyncio" in type(db).__module__ else wire.lean_pool(db)
+    return pool is not None
 
 
 def answer(db: Any, ask: Ask) -> Any:

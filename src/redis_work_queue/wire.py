@@ -42,6 +42,7 @@ import inspect
 import io
 import os
 import select
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -249,8 +250,14 @@ def _patched(db: Any) -> bool:
     return any(name in own for name in _COMMAND_METHODS)
 
 
+#: Clients whose path was chosen by :func:`redis_work_queue.transport.use`.
+FORCED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def lean_pool(db: Any) -> Any:
     """The pool of a synchronous client that takes the lean path, or None."""
+    if FORCED and FORCED.get(db) == "public":
+        return None
     pool = getattr(db, "connection_pool", None)
     found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
     if found is None or found[0] is not pool:
@@ -267,6 +274,8 @@ def lean_pool(db: Any) -> Any:
 
 def alean_pool(db: Any) -> Any:
     """The pool of a ``redis.asyncio`` client that takes the lean path, or None."""
+    if FORCED and FORCED.get(db) == "public":
+        return None
     pool = getattr(db, "connection_pool", None)
     found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
     if found is None or found[0] is not pool:
