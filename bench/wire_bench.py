@@ -63,16 +63,16 @@ def _return_1(sha: str) -> list[bytes]:
 
 def lean_rate(port: int, n: int) -> float:
     """The wire path alone: ``EVALSHA`` of ``return 1``, packed once, sent and read by
-    ``wire.send`` on redis-py's pool: what a call costs this library's client at the least."""
+    ``lean.send`` on redis-py's pool: what a call costs this library's client at the least."""
     import redis  # noqa: PLC0415
 
-    from redis_work_queue import wire  # noqa: PLC0415
+    from redis_work_queue import lean  # noqa: PLC0415
 
     db = redis.Redis(port=port)
     packed, pool = _return_1(db.script_load("return 1")), db.connection_pool
     start = time.perf_counter()
     for _ in range(n):
-        wire.send(pool, packed)
+        lean.send(pool, packed)
     return n / (time.perf_counter() - start)
 
 
@@ -153,17 +153,17 @@ def aevalsha_rate(port: int, n: int) -> float:
 
 
 def alean_rate(port: int, n: int) -> float:
-    """``lean_rate`` on ``redis.asyncio`` (``wire.asend``)."""
+    """``lean_rate`` on ``redis.asyncio`` (``lean.asend``)."""
     import redis.asyncio  # noqa: PLC0415
 
-    from redis_work_queue import wire  # noqa: PLC0415
+    from redis_work_queue import lean  # noqa: PLC0415
 
     async def main() -> float:
         db = redis.asyncio.Redis(port=port)
         packed, pool = _return_1(await db.script_load("return 1")), db.connection_pool
         start = time.perf_counter()
         for _ in range(n):
-            await wire.asend(pool, packed)
+            await lean.asend(pool, packed)
         took = time.perf_counter() - start
         await db.aclose()
         return n / took

@@ -390,7 +390,7 @@ def test_prefix_without_a_hash_tag_is_refused_before_anything_is_written(
 
 
 def test_queues_with_different_tags_cannot_share_one_script_call(cluster: Cluster) -> None:
-    from redis_work_queue.cluster import slot_of  # noqa: PLC0415
+    from redis_work_queue.routing import slot_of  # noqa: PLC0415
 
     a, b = cluster.primaries()[:2]
     keys = (f"{{{cluster.tag_on(a)}}}:q", f"{{{cluster.tag_on(b)}}}:q")

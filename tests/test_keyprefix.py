@@ -116,11 +116,12 @@ return {q.queue, q.processing, q.item .. 'x', q.lease .. 'x', q.deliveries, q.re
 def test_lua_names_the_keys_as_queue_keys_does(bytes_db: redis.Redis, prefix: str) -> None:
     """The scripts name a queue's keys from its prefix (lua/include/queue.lua); keyprefix.py
     names them for Python. Both must agree."""
-    from redis_work_queue import loader, scripts  # noqa: PLC0415
+    from redis_work_queue import loader, scripts, transport  # noqa: PLC0415
+    from redis_work_queue.calls import ScriptCall  # noqa: PLC0415
 
     script = scripts.Script("names", loader.assemble_text(NAMES_SCRIPT, "names").text)
     keys = QueueKeys(KeyPrefix(prefix))
-    reply = script(bytes_db, keys.script_keys, keys.script_args)
+    reply = transport.execute(bytes_db, ScriptCall(script, keys.script_keys, keys.script_args))
     expected = [
         keys.queue,
         keys.processing,

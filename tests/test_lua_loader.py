@@ -7,12 +7,15 @@ import os
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from redis_work_queue import Item, KeyPrefix, WorkQueue, lualint, scripts
+from redis_work_queue import Item, KeyPrefix, WorkQueue, lualint, scripts, transport
+from redis_work_queue.calls import ScriptCall
 from redis_work_queue.errors import LuaSourceError, ScriptError, WrongKeyTypeError
 from redis_work_queue.loader import assemble, assemble_text, locate, lua_dir, parse, script_names
 
@@ -343,13 +346,15 @@ BOOM = {
 
 
 @pytest.fixture
-def fails(tmp_path: Path) -> scripts.Script:
+def fails(tmp_path: Path) -> Callable[[Any, list[str], list[Any]], Any]:
+    """The failing script, run by ``fails(db, keys, args)``."""
     lua = _write(tmp_path, BOOM)
-    return scripts.Script("fails", assemble("fails", lua).text)
+    script = scripts.Script("fails", assemble("fails", lua).text)
+    return lambda db, keys, args: transport.execute(db, ScriptCall(script, keys, args))
 
 
 def test_an_error_raised_in_an_include_names_its_file_and_line(
-    db: redis.Redis, fails: scripts.Script
+    db: redis.Redis, fails: Callable[[Any, list[str], list[Any]], Any]
 ) -> None:
     with pytest.raises(ScriptError) as caught:
         fails(db, ["k"], [1])
@@ -362,7 +367,7 @@ def test_an_error_raised_in_an_include_names_its_file_and_line(
 
 
 def test_a_wrong_type_in_an_include_names_its_file_and_line(
-    real_db: redis.Redis, fails: scripts.Script
+    real_db: redis.Redis, fails: Callable[[Any, list[str], list[Any]], Any]
 ) -> None:
     # Real Redis only: fakeredis gives an error of redis.call no position in the script.
     real_db.set("loader:string", "x")

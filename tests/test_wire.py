@@ -1,4 +1,4 @@
-"""The lean wire path (``wire.py``): the same replies and key states as redis-py's command layer,
+"""The lean path (``lean.py``): the same replies and key states as redis-py's command layer,
 the fallback where it does not apply, and its error and connection handling."""
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue, WrongKeyTypeError, wire
+from redis_work_queue import (
+    AsyncWorkQueue,
+    Item,
+    KeyPrefix,
+    WorkQueue,
+    WrongKeyTypeError,
+    transport,
+)
+from redis_work_queue import lean as wire
 from servers import Proc
 
 FLAVOURS = {
@@ -64,8 +72,16 @@ def server(redis_server: Proc) -> Iterator[Proc]:
 
 
 def normal_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire, "lean_pool", lambda db: None)
-    monkeypatch.setattr(wire, "alean_pool", lambda db: None)
+    monkeypatch.setattr(wire, "takes", lambda db: False)
+    monkeypatch.setattr(transport, "_SENDERS", {})
+
+
+def lean_pool(db: Any) -> Any:
+    """The pool the next script call on ``db`` takes by the lean path, or None."""
+    sender = transport.sender_of(db)
+    if not isinstance(sender, wire.LeanSender) or wire._patched(db):
+        return None
+    return sender.pool if db.connection_pool is sender.pool else None
 
 
 def _items(items: list[Item | None]) -> list[tuple[str, bytes, int] | None]:
@@ -224,7 +240,7 @@ def test_cluster_clients_take_the_normal_path(
     assert item is not None and item.id() == "a"
     assert q.complete(cluster_db, item) is True
     assert sent.packets == []
-    assert wire.lean_pool(cluster_db) is None
+    assert lean_pool(cluster_db) is None
 
 
 def test_fallback_clients(server: Proc, sent: Sent) -> None:
@@ -233,10 +249,10 @@ def test_fallback_clients(server: Proc, sent: Sent) -> None:
     assert q.add_item(single, Item(b"a", id="a")) is True
     assert sent.packets == []
     plain = server.client()
-    assert wire.lean_pool(plain) is plain.connection_pool
+    assert lean_pool(plain) is plain.connection_pool
     other = server.client()
     other.set_response_callback("EVALSHA", lambda reply, **_: reply)
-    assert wire.lean_pool(other) is None
+    assert lean_pool(other) is None
 
 
 def test_a_command_path_replaced_on_the_client_sees_every_call(
@@ -259,7 +275,7 @@ def test_a_command_path_replaced_on_the_client_sees_every_call(
     assert q.add_item(db, Item(b"b", id="b")) is True
     assert len(sent.packets) == before
     assert seen == ["EVALSHA"]
-    assert wire.lean_pool(db) is None
+    assert lean_pool(db) is None
 
 
 def test_wrong_type_is_translated(server: Proc, sent: Sent) -> None:

@@ -29,7 +29,9 @@ from redis_work_queue import (
     complete_and_lease_from,
     lease_from,
     scripts,
+    transport,
 )
+from redis_work_queue.calls import ScriptCall
 from redis_work_queue.keyprefix import QueueKeys
 from redis_work_queue.transport import run
 from servers import Proc
@@ -195,7 +197,8 @@ def _complete_held(s: State) -> Any:
     # The Spark data source's completion (spark/calls.py), without importing Spark.
     assert s.held.lease_token is not None
     pairs = ("held", s.held.lease_token, "stale", "someone@1")
-    return scripts.load("complete_held")(s.db, KEYS.script_keys, (*KEYS.script_args, *pairs))
+    call = ScriptCall(scripts.load("complete_held"), KEYS.script_keys, (*KEYS.script_args, *pairs))
+    return transport.execute(s.db, call)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
 from .ops import lease as lease_ops
@@ -78,7 +79,7 @@ class AsyncWorkQueue(QueueBase):
 
     def add_unique_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
-        self.ops.queue_add_on(pipeline, item)
+        transport.queue_on(pipeline, *self.ops.pipeline_add(item))
 
     def add_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_item_to_pipeline`."""

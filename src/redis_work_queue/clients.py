@@ -2,8 +2,7 @@
 
 A synchronous queue takes a :class:`redis.Redis` (and so a ``fakeredis.FakeRedis`` or a
 Sentinel master) or a :class:`redis.cluster.RedisCluster`; an asyncio queue takes their
-``redis.asyncio`` twins. ``redis.asyncio`` is imported only when an asyncio name is used, so a
-synchronous program never loads it.
+``redis.asyncio`` twins. The asyncio aliases are built on first use.
 """
 
 from __future__ import annotations

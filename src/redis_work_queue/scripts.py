@@ -1,7 +1,9 @@
-"""Finds the Lua scripts shipped with the package and runs them with one round trip each.
+"""The package's Lua scripts as values: each assembled once per process from ``lua/``.
 
 Each script in ``lua/`` is assembled with the shared pieces of ``lua/include/`` it declares
-(``--#include name.lua``) by :mod:`.loader`, once per process, when it is first loaded.
+(``--#include name.lua``) by :mod:`.loader`, once per process, when it is first loaded. A
+:class:`Script` only names and holds the source; the senders (:mod:`.senders`, :mod:`.lean`)
+run it.
 """
 
 from __future__ import annotations
@@ -9,40 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
-from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
-from . import loader, wire
+from . import loader
 from .errors import ScriptError, WrongKeyTypeError
 
 Arg = bytes | str | int | float
-
-
-def raw_command(client: Any, *args: Arg, **options: Any) -> Any:
-    """Send one command whose reply must not be decoded (ids and data are bytes).
-
-    Raises:
-        WrongKeyTypeError: A key holds the wrong Redis type.
-        redis.exceptions.OutOfMemoryError: The server refused a write for lack of memory.
-    """
-    try:
-        return client.execute_command(*args, **options, **{NEVER_DECODE: True})
-    except NoScriptError:
-        raise
-    except ResponseError as err:
-        raise translate_error(err) from err
-
-
-async def araw_command(client: Any, *args: Arg, **options: Any) -> Any:
-    """Asynchronous :func:`raw_command`, for a ``redis.asyncio`` client."""
-    try:
-        return await client.execute_command(*args, **options, **{NEVER_DECODE: True})
-    except NoScriptError:
-        raise
-    except ResponseError as err:
-        raise translate_error(err) from err
 
 
 def translate_error(err: ResponseError) -> Exception:
@@ -68,78 +44,31 @@ def translate_error(err: ResponseError) -> Exception:
 
 
 class Script:
-    """One Lua script of the package, run through EVALSHA with a fallback to EVAL.
+    """One Lua script of the package: its name, source (``script``, bytes) and SHA1.
 
-    Replies are never decoded by the client, so item data stays binary even on a connection with
-    ``decode_responses=True``.
+    ``script`` and ``sha`` are the attributes redis-py's pipelines load a script by.
     """
 
-    __slots__ = ("_heads", "name", "script", "sha")
+    __slots__ = ("name", "script", "sha")
 
     def __init__(self, name: str, source: str) -> None:
         self.name = name
         self.script = source.encode("utf-8")
         self.sha = hashlib.sha1(self.script).hexdigest()
-        self._heads = wire.Heads(self.sha, self.script)
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run the script on a synchronous Redis client.
+    def __call__(self, db: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script on a client (sync, or awaitable on asyncio) and return its reply.
 
-        A stock client sends it on a connection of its pool, the command prefix packed once
-        (see :mod:`.wire`); any other goes through redis-py's command layer.
-
-        Raises:
-            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
-            redis.exceptions.OutOfMemoryError: The server refused the script for lack of memory
-                (``maxmemory`` with ``noeviction``); nothing was changed.
-            ScriptError: Any other error raised by the script.
+        A convenience for code outside the operations (tools, tests): it is
+        :func:`~.transport.execute` of one :class:`~.calls.ScriptCall`, so it takes the same
+        path as every call on that client.
         """
-        pool = wire.lean_pool(client)
-        packed = None if pool is None else self._heads.packed(True, keys, args)
-        if packed is None:
-            params = self.params(keys, args)
-            try:
-                return raw_command(client, "EVALSHA", self.sha, *params)
-            except NoScriptError:
-                return raw_command(client, "EVAL", self.script, *params)
-        try:
-            try:
-                return wire.send(pool, packed)
-            except NoScriptError:
-                return wire.send(pool, cast(list[bytes], self._heads.packed(False, keys, args)))
-        except ResponseError as err:
-            raise translate_error(err) from err
+        from . import calls, transport  # noqa: PLC0415 - they import this module
 
-    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run the script on a ``redis.asyncio`` client; as :meth:`__call__`."""
-        pool = wire.alean_pool(client)
-        packed = None if pool is None else self._heads.packed(True, keys, args)
-        if packed is None:
-            params = self.params(keys, args)
-            try:
-                return await araw_command(client, "EVALSHA", self.sha, *params)
-            except NoScriptError:
-                return await araw_command(client, "EVAL", self.script, *params)
-        try:
-            try:
-                return await wire.asend(pool, packed)
-            except NoScriptError:
-                eval_packed = cast(list[bytes], self._heads.packed(False, keys, args))
-                return await wire.asend(pool, eval_packed)
-        except ResponseError as err:
-            raise translate_error(err) from err
-
-    def queue_on(self, pipeline: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
-        """Queue the script on a pipeline (sync or asyncio); it is loaded before it runs.
-
-        A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL).
-        """
-        params = self.params(keys, args)
-        if hasattr(pipeline, "scripts"):
-            pipeline.scripts.add(cast(Any, self))
-            pipeline.execute_command("EVALSHA", self.sha, *params, **{NEVER_DECODE: True})
-        else:
-            pipeline.execute_command("EVAL", self.script, *params, **{NEVER_DECODE: True})
+        call = calls.ScriptCall(self, keys, args)
+        if "asyncio" in type(db).__module__:
+            return transport.aexecute(db, call)
+        return transport.execute(db, call)
 
     @staticmethod
     def params(keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:

@@ -2,27 +2,60 @@
 
 An operation is a generator of calls (:mod:`.calls`); :func:`run` (a synchronous client) and
 :func:`arun` (a ``redis.asyncio`` one) drive it with :func:`~.calls.drive` and
-:func:`~.calls.adrive`, performing each call with :func:`execute` or :func:`aexecute`.
+:func:`~.calls.adrive`, performing each call with :func:`execute` or :func:`aexecute`. Those
+hand the call to the client's sender, chosen once per client:
+
+- :class:`~.routing.ClusterSender` for a Redis Cluster client (slot checks, routing, writes
+  that wait sent to the node that owns the slot);
+- :class:`~.lean.LeanSender` for a client the lean path takes (:func:`.lean.takes`);
+- :class:`~.senders.Sender`, redis-py's public command layer, for every other client.
+
+The choice is kept here, by client, for as long as the client lives: nothing is stored on the
+client object. :func:`use` overrides it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Generator
-from typing import Any, Literal, TypeVar, cast
+import weakref
+from typing import Any, Literal, TypeVar
 
-from redis import exceptions as rex
-
-from . import cluster, replicated, scripts, wire
+from . import lean, routing, senders
 from .calls import Ask, Call, Command, Pipelined, ScriptCall, Sleep, Steps, adrive, drive
-from .clients import max_block
 from .errors import InvalidArgumentError
 
 T = TypeVar("T")
-
-
 Path = Literal["auto", "public", "lean"]
+
+#: Each client's sender, by ``id(client)``; an entry goes when its client is collected.
+_SENDERS: dict[int, senders.Sender] = {}
+
+
+def sender_of(db: Any) -> senders.Sender:
+    """The sender of ``db``, chosen on its first call (see the module's description)."""
+    found = _SENDERS.get(id(db))
+    return found if found is not None else _choose(db, "auto")
+
+
+def _choose(db: Any, path: Path) -> senders.Sender:
+    sender: senders.Sender
+    if routing.is_cluster(db):
+        sender = routing.ClusterSender()
+    elif path != "public" and lean.takes(db):
+        sender = lean.LeanSender(db.connection_pool)
+    elif path == "lean":
+        raise InvalidArgumentError(
+            f"the lean path does not take this client ({type(db).__name__}, redis-py "
+            f"{lean.redis_version()}): use 'auto' or 'public'"
+        )
+    else:
+        sender = senders.Sender()
+    key = id(db)
+    if key not in _SENDERS:
+        weakref.finalize(db, _SENDERS.pop, key, None)
+    _SENDERS[key] = sender
+    return sender
 
 
 def use(db: Any, path: Path) -> None:
@@ -30,7 +63,7 @@ def use(db: Any, path: Path) -> None:
 
     ``"public"`` sends them through redis-py's command layer; ``"lean"`` takes the lean path,
     for the clients it was tested with; ``"auto"`` (the default) takes the lean path where it
-    applies, else the public one.
+    applies, else the public one. A Redis Cluster client always takes the public path, routed.
 
     Raises:
         InvalidArgumentError: ``path`` is none of those, or ``"lean"`` was asked for a client the
@@ -38,152 +71,48 @@ def use(db: Any, path: Path) -> None:
     """
     if path not in ("auto", "public", "lean"):
         raise InvalidArgumentError(f"path must be 'auto', 'public' or 'lean', not {path!r}")
-    wire.FORCED.pop(db, None)
-    if path == "lean" and not lean_available(db):
-        raise InvalidArgumentError(
-            f"the lean path does not take this client ({type(db).__name__}): use 'auto' or 'public'"
-        )
-    if path != "auto":
-        wire.FORCED[db] = path
+    _choose(db, path)
 
 
 def lean_available(db: Any) -> bool:
-    """Whether calls on ``db`` take the lean path when it is not forced off."""
-    if cluster.is_cluster(db):
-        return False
-    pool = wire.alean_pool(db) if "asyncio" in type(db).__module__ else wire.lean_pool(db)
-    return pool is not None
-
-
-def answer(db: Any, ask: Ask) -> Any:
-    """The answer to an operation's question about ``db``."""
-    if ask.fact == "max_block":
-        return max_block(db)
-    clustered = cluster.is_cluster(db)
-    if ask.fact == "cluster":
-        return clustered
-    return not clustered or cluster.same_slot(ask.keys)
-
-
-def _wait_steps(db: Any, call: ScriptCall, clustered: bool) -> Generator[tuple[Any, ...], Any, Any]:
-    """A script then WAIT on the same connection, sent once (see :mod:`.replicated`), as steps.
-
-    The steps are ``("start",)`` (an asyncio cluster client sets itself up), ``("send", node)``
-    (the script and its WAIT on a client of ``node``) and ``("refresh",)`` (the cluster's slot
-    map is read again).
-
-    On Redis Cluster the pair goes to a client of the node that owns the slot. A MOVED or ASK
-    reply (the slot moved, or a failover promoted a replica) refreshes the slot map and sends
-    it once more: the script did not run. A lost connection refreshes it too, then raises
-    :class:`~redis_work_queue.errors.OutcomeUnknownError`: whether the script ran is unknown.
-    """
-    if clustered:
-        yield ("start",)
-    for attempt in (1, 2):
-        node = cluster.node_client(db, call.keys[0]) if clustered else db
-        try:
-            return (yield ("send", node))
-        except (rex.MovedError, rex.AskError):
-            if not clustered or attempt == 2:
-                raise
-            cluster.forget_nodes(db)
-            yield ("refresh",)
-            continue
-        except (rex.ConnectionError, rex.TimeoutError):
-            if clustered:
-                cluster.forget_nodes(db)
-                yield ("refresh",)
-            raise
-        except rex.ResponseError as err:
-            raise scripts.translate_error(err) from err
-    raise AssertionError("unreachable")
+    """Whether the lean path would take ``db`` (:func:`use` it with ``"lean"``)."""
+    return not routing.is_cluster(db) and lean.takes(db)
 
 
 def execute(db: Any, call: Call) -> Any:
     """Send one call on a synchronous client and return its reply."""
+    sender = _SENDERS.get(id(db)) or _choose(db, "auto")
     if type(call) is ScriptCall:
-        clustered = cluster.is_cluster(db)
-        if clustered:
-            cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
-            return call.script(db, call.keys, call.args)
-        wait = call.wait
-
-        def perform(step: tuple[Any, ...]) -> Any:
-            if step[0] == "send":
-                return replicated.script_and_wait(step[1], call.script, call.keys, call.args, wait)
-            if step[0] == "refresh":
-                return db.nodes_manager.initialize()
-            return None  # "start": a synchronous cluster client is set up when it is made
-
-        return drive(_wait_steps(db, call, clustered), perform)
-    if type(call) is Sleep:
-        time.sleep(call.seconds)
-        return None
+            return sender.script(db, call)
+        return sender.script_and_wait(db, call)
+    if type(call) is Command:
+        return sender.command(db, call)
     if type(call) is Ask:
-        return answer(db, call)
+        return sender.answer(db, call)
     if type(call) is Pipelined:
-        pipe = _pipeline(db, call)
-        return pipe.execute()
-    assert type(call) is Command
-    return scripts.raw_command(db, *call.args, **_command_options(db, call))
+        return sender.pipelined(db, call)
+    assert isinstance(call, Sleep)
+    time.sleep(call.seconds)
+    return None
 
 
 async def aexecute(db: Any, call: Call) -> Any:
     """Send one call on a ``redis.asyncio`` client and return its reply."""
+    sender = _SENDERS.get(id(db)) or _choose(db, "auto")
     if type(call) is ScriptCall:
-        clustered = cluster.is_cluster(db)
-        if clustered:
-            cluster.slot_of((*call.keys, *call.slot_keys))
         if call.wait is None:
-            return await call.script.acall(db, call.keys, call.args)
-        wait = call.wait
-
-        def perform(step: tuple[Any, ...]) -> Awaitable[Any]:
-            if step[0] == "send":
-                return replicated.ascript_and_wait(step[1], call.script, call.keys, call.args, wait)
-            if step[0] == "refresh":
-                return cast(Awaitable[Any], db.nodes_manager.initialize())
-            return cast(Awaitable[Any], db.initialize())
-
-        return await adrive(_wait_steps(db, call, clustered), perform)
-    if type(call) is Sleep:
-        await asyncio.sleep(call.seconds)
-        return None
+            return await sender.ascript(db, call)
+        return await sender.ascript_and_wait(db, call)
+    if type(call) is Command:
+        return await sender.acommand(db, call)
     if type(call) is Ask:
-        if call.fact != "max_block" and cluster.is_cluster(db):
-            await db.initialize()  # a new client reads the slot map on first use
-        return answer(db, call)
+        return await sender.aanswer(db, call)
     if type(call) is Pipelined:
-        pipe = _pipeline(db, call)
-        return await pipe.execute()
-    assert type(call) is Command
-    if call.every_primary and cluster.is_cluster(db):
-        await db.initialize()
-    return await scripts.araw_command(db, *call.args, **_command_options(db, call))
-
-
-def _pipeline(db: Any, call: Pipelined) -> Any:
-    """A pipeline of ``db`` (sync or asyncio) with the calls queued on it, each slot checked."""
-    clustered = cluster.is_cluster(db)
-    pipe = db.pipeline(transaction=False)
-    for each in call.calls:
-        if clustered:
-            cluster.slot_of((*each.keys, *each.slot_keys))
-        each.script.queue_on(pipe, each.keys, each.args)
-    return pipe
-
-
-def _command_options(db: Any, call: Command) -> dict[str, Any]:
-    """Where a plain command goes on Redis Cluster (checked for its slot first)."""
-    if not cluster.is_cluster(db):
-        return {}
-    if call.every_primary:
-        return {"target_nodes": db.get_primaries()}
-    if call.route is None:
-        return {}
-    cluster.slot_of((call.route, *call.slot_keys))
-    return cluster.target(db, call.route)
+        return await sender.apipelined(db, call)
+    assert isinstance(call, Sleep)
+    await asyncio.sleep(call.seconds)
+    return None
 
 
 def run(db: Any, steps: Steps[T]) -> T:
@@ -194,3 +123,16 @@ def run(db: Any, steps: Steps[T]) -> T:
 async def arun(db: Any, steps: Steps[T]) -> T:
     """Drive an operation to its end on a ``redis.asyncio`` client; as :func:`run`."""
     return await adrive(steps, lambda call: aexecute(db, call))
+
+
+def queue_on(pipeline: Any, call: ScriptCall, *after: Command) -> None:
+    """Queue a script call, then plain commands, on a caller's pipeline (sync or asyncio).
+
+    Raises:
+        CrossSlotError: On a Redis Cluster pipeline, the call's keys are not in one slot
+            (nothing has been queued).
+    """
+    routing.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
+    senders.queue_on(pipeline, call)
+    for command in after:
+        pipeline.execute_command(*command.args)

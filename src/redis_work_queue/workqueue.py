@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
+from . import transport
 from .clients import SyncClient, SyncPipeline
 from .item import Item
 from .ops import PIPELINE_CHUNK
@@ -145,7 +146,7 @@ class WorkQueue(QueueBase):
             CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
                 (nothing has been queued).
         """
-        self.ops.queue_add_on(pipeline, item)
+        transport.queue_on(pipeline, *self.ops.pipeline_add(item))
 
     def add_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
         """Queue an add on a pipeline: the unchecked add of :meth:`add_unique_item_to_pipeline`.

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import cluster, scripts
+from .. import scripts
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
 from ..clients import Reply
 from ..errors import (
@@ -240,21 +240,20 @@ class QueueOps:
         flag = "1" if skip_check else "0"
         return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
-    def queue_add_on(self, pipeline: Any, item: Item) -> None:
-        """Queue the add of one item whose id is new on a pipeline (sync or asyncio).
+    def pipeline_add(self, item: Item) -> tuple[ScriptCall, Command]:
+        """The calls that queue the add of one item whose id is new on a caller's pipeline.
 
-        It leaves two replies in the pipeline's results, shaped as the reference client's SET
+        They leave two replies in the pipeline's results, shaped as the reference client's SET
         and LPUSH leave them: 1 (the item was stored) and the main queue's length after it.
 
         Raises:
             InvalidArgumentError: ``item`` is not an Item.
-            CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
-                (nothing has been queued).
         """
         call = self.add_call([check_item(item)], skip_check=True)
-        cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
-        call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
-        pipeline.execute_command("LLEN", self.keys.queue)
+        args = (*call.args[:1], "p", *call.args[2:])
+        return ScriptCall(call.script, call.keys, args, None, call.slot_keys), Command(
+            ("LLEN", self.keys.queue)
+        )
 
     def add(
         self,

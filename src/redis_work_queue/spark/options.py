@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .. import cluster
+from .. import routing
 from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
@@ -285,7 +285,7 @@ class QueueOptions:
             password=options.text("password") or None,
             tls_ca_certs=options.text("tlsCaCerts") or None,
         )
-        if clustered and not cluster.same_slot(_queue_keys(made.queue)):
+        if clustered and not routing.same_slot(_queue_keys(made.queue)):
             raise InvalidArgumentError(
                 f"on Redis Cluster the queue needs a hash tag so that its keys share a slot: "
                 f"name it {{{made.queue}}} rather than {made.queue!r}"

@@ -35,7 +35,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..errors import InvalidArgumentError
 from ..ops.spark import PARTS, Entry, snapshot_page
-from ..scripts import raw_command
+from ..senders import raw_command
 from ..transport import run
 from .calls import connect
 from .options import COLUMNS, ReadOptions

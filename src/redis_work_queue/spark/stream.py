@@ -91,7 +91,7 @@ from pyspark.sql.types import StructType
 from ..errors import InvalidArgumentError
 from ..item import Item, new_id
 from ..ops.spark import complete_held, snapshot_page
-from ..scripts import raw_command
+from ..senders import raw_command
 from ..transport import run
 from .calls import connect
 from .options import KEEP_SECS, StreamOptions, batch_key

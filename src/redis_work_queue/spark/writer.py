@@ -47,7 +47,7 @@ from redis import Redis
 from ..errors import InvalidArgumentError
 from ..item import Item
 from ..ops import decode
-from ..scripts import raw_command
+from ..senders import raw_command
 from .calls import connect
 from .options import KEEP_SECS, WriteOptions, report_key
 

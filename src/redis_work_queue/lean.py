@@ -1,10 +1,10 @@
-"""The wire path of script calls: sent on a connection of the client's pool, packed once.
+"""The lean path of script calls: sent on a connection of the client's pool, packed once.
 
 redis-py spends most of a short command's time in its command layer (argument encoding,
 response callbacks, instrumentation) rather than on the wire. A queue's hot operations (add,
 lease, complete, renew, release and their batch forms) are a handful of script calls whose
 command prefix (``EVALSHA <sha> <numkeys> <keys>``) never changes for a queue, so they take a
-shorter path on the very client the caller passed:
+shorter path on the very client the caller passed (:class:`LeanSender`):
 
 * a connection is taken from the client's own pool and given back after: with the pool's
   own steps, taken directly for redis-py 8's ``ConnectionPool`` (see below), or else through
@@ -20,31 +20,30 @@ shorter path on the very client the caller passed:
   failed half-way is disconnected before it goes back to the pool, so it is never handed out
   with a reply left unread.
 
-The path is taken only for clients it knows to behave as stock redis-py: a ``redis.Redis`` or
-``redis.asyncio.Redis`` (or a subclass that leaves command execution alone) over a stock
-``ConnectionPool``, ``BlockingConnectionPool`` or Sentinel pool of stock TCP, TLS, Unix-socket
-or Sentinel-managed connections. Every other client takes redis-py's normal path: Redis
-Cluster clients (redis-py routes by slot and follows MOVED/ASK), clients made with
-``single_connection_client=True``, pools of other classes or with client-side caching,
-connections of other classes (fakeredis), clients with a response callback registered for
-EVAL or EVALSHA, and every client while redis-py's OpenTelemetry metrics are switched on (so
-that they count every command). The decision is made once per client and pool.
-
-Writes followed by WAIT (:mod:`.replicated`) borrow their connection the same way
-(:func:`borrowed`, :func:`aborrowed`).
+This is the one module that reads redis-py's private attributes (a pool's lock and lists, a
+connection's socket and parser, a parser's buffer). So the path is taken only where it was
+tested: the redis-py releases of :data:`TESTED_VERSIONS` (each is run by the conformance job,
+which compares every operation's replies and key states with the public path), and clients
+that behave as stock redis-py: a ``redis.Redis`` or ``redis.asyncio.Redis`` (or a subclass that
+leaves command execution alone) over a stock ``ConnectionPool``, ``BlockingConnectionPool`` or
+Sentinel pool of stock TCP, TLS, Unix-socket or Sentinel-managed connections, read by redis-py's
+own RESP2/RESP3 parsers or hiredis. Every other client takes redis-py's public path
+(:class:`~.senders.Sender`): any other redis-py release, Redis Cluster clients (redis-py routes
+by slot and follows MOVED/ASK), clients made with ``single_connection_client=True``, pools of
+other classes or with client-side caching, connections of other classes (fakeredis), clients
+with a response callback registered for EVAL or EVALSHA, a client whose command methods were
+replaced on the instance (a spy, a tracer), and every client while redis-py's OpenTelemetry
+metrics are switched on (so that they count every command).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import io
 import os
 import select
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any, cast
 
 import redis
 import redis.asyncio
@@ -68,7 +67,7 @@ from redis.connection import (
     UnixDomainSocketConnection,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import (
     SentinelConnectionPool,
@@ -76,13 +75,13 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 
-T = TypeVar("T")
-#: An exchange written once as steps: each step is performed by a synchronous or an asyncio
-#: driver (:func:`drive`, :func:`adrive`), which sends back its result or throws its error in.
-Steps = Generator[tuple[Any, ...], Any, T]
+from .calls import ScriptCall
+from .scripts import Script, translate_error
+from .senders import Sender, name_args
 
 #: Where a client keeps its decision: ``(pool, lean)``.
-_ROUTE = "_rwq_wire_route"
+#: The redis-py releases the lean path was tested with (the conformance job runs each).
+TESTED_VERSIONS = frozenset({"8.0.0", "8.1.0"})
 
 _SYNC_POOLS = frozenset({ConnectionPool, BlockingConnectionPool, SentinelConnectionPool})
 _SYNC_CONNECTIONS = frozenset(
@@ -187,9 +186,10 @@ def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
 class Heads:
     """The cached command prefixes of one script, by (EVALSHA or EVAL, keys)."""
 
-    __slots__ = ("_cache", "_sha", "_source")
+    __slots__ = ("_cache", "_sha", "_source", "sha")
 
     def __init__(self, sha: str, source: bytes) -> None:
+        self.sha = sha
         self._sha = sha.encode("ascii")
         self._source = source
         self._cache: dict[tuple[bool, tuple[str, ...]], bytes] = {}
@@ -250,57 +250,81 @@ def _patched(db: Any) -> bool:
     return any(name in own for name in _COMMAND_METHODS)
 
 
-#: Clients whose path was chosen by :func:`redis_work_queue.transport.use`.
-FORCED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+def redis_version() -> str:
+    """The version of redis-py in use."""
+    return str(redis.__version__)
 
 
-def lean_pool(db: Any) -> Any:
-    """The pool of a synchronous client that takes the lean path, or None."""
-    if FORCED and FORCED.get(db) == "public":
-        return None
-    pool = getattr(db, "connection_pool", None)
-    found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
-    if found is None or found[0] is not pool:
-        lean = _stock(db, redis.Redis, _SYNC_POOLS, _SYNC_CONNECTIONS)
-        found = (pool, lean)
-        if hasattr(db, "__dict__"):
-            db.__dict__[_ROUTE] = found
-    if not found[1] or db.connection is not None:  # a single-connection client
-        return None
-    if _patched(db):
-        return None
-    return pool
+def takes(db: Any) -> bool:
+    """Whether the lean path takes this client (see the module's description)."""
+    if redis.__version__ not in TESTED_VERSIONS or not hasattr(db, "__dict__"):
+        return False
+    if isinstance(db, redis.asyncio.Redis):
+        stock = _stock(db, redis.asyncio.Redis, _ASYNC_POOLS, _ASYNC_CONNECTIONS)
+        return stock and not db.single_connection_client
+    stock = _stock(db, redis.Redis, _SYNC_POOLS, _SYNC_CONNECTIONS)
+    return stock and db.connection is None  # not a single-connection client
 
 
-def alean_pool(db: Any) -> Any:
-    """The pool of a ``redis.asyncio`` client that takes the lean path, or None."""
-    if FORCED and FORCED.get(db) == "public":
-        return None
-    pool = getattr(db, "connection_pool", None)
-    found = db.__dict__.get(_ROUTE) if hasattr(db, "__dict__") else None
-    if found is None or found[0] is not pool:
-        lean = _stock(db, redis.asyncio.Redis, _ASYNC_POOLS, _ASYNC_CONNECTIONS)
-        found = (pool, lean)
-        if hasattr(db, "__dict__"):
-            db.__dict__[_ROUTE] = found
-    if not found[1] or db.single_connection_client:
-        return None
-    if _patched(db):
-        return None
-    return pool
+class LeanSender(Sender):
+    """The sender of a client the lean path takes (:func:`takes`): scripts by the lean path.
+
+    Everything else, and a script call with an argument the packer does not know, goes by the
+    public path; so does every call once the client's pool was replaced or its command methods
+    were replaced on the instance.
+    """
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def script(self, db: Any, call: ScriptCall) -> Any:
+        """As :meth:`Sender.script`, by the lean path."""
+        pool = self.pool
+        if db.connection_pool is not pool or _patched(db):
+            return Sender.script(self, db, call)
+        script = call.script
+        heads = _heads(script)
+        packed = heads.packed(True, call.keys, call.args)
+        if packed is None:
+            return Sender.script(self, db, call)
+        try:
+            try:
+                return send(pool, packed)
+            except NoScriptError:
+                return send(pool, cast(list[bytes], heads.packed(False, call.keys, call.args)))
+        except ResponseError as err:
+            raise translate_error(err) from err
+
+    async def ascript(self, db: Any, call: ScriptCall) -> Any:
+        """As :meth:`Sender.ascript`, by the lean path."""
+        pool = self.pool
+        if db.connection_pool is not pool or _patched(db):
+            return await Sender.ascript(self, db, call)
+        heads = _heads(call.script)
+        packed = heads.packed(True, call.keys, call.args)
+        if packed is None:
+            return await Sender.ascript(self, db, call)
+        try:
+            try:
+                return await asend(pool, packed)
+            except NoScriptError:
+                again = cast(list[bytes], heads.packed(False, call.keys, call.args))
+                return await asend(pool, again)
+        except ResponseError as err:
+            raise translate_error(err) from err
 
 
-_NEEDS_NAME: dict[type, tuple[str, ...]] = {}
+#: Each script's cached command prefixes, by name.
+_HEADS: dict[str, Heads] = {}
 
 
-def _name_args(pool: Any) -> tuple[str, ...]:
-    """``get_connection``'s arguments: a command name where it is required (redis-py 5.0)."""
-    kind = type(pool)
-    found = _NEEDS_NAME.get(kind)
-    if found is None:
-        name = inspect.signature(pool.get_connection).parameters.get("command_name")
-        needed = name is not None and name.default is inspect.Parameter.empty
-        found = _NEEDS_NAME[kind] = ("EVALSHA",) if needed else ()
+def _heads(script: Script) -> Heads:
+    found = _HEADS.get(script.name)
+    if found is None or found.sha != script.sha:
+        found = _HEADS[script.name] = Heads(script.sha, script.script)
     return found
 
 
@@ -367,7 +391,7 @@ def _take(pool: Any) -> tuple[Any, bool]:
             with pool._lock:  # back as it was: the pool's own steps check and reconnect it
                 pool._in_use_connections.discard(conn)
                 pool._available_connections.append(conn)
-    return pool.get_connection(*_name_args(pool)), False
+    return pool.get_connection(*name_args(pool)), False
 
 
 def _quiet(conn: Any, sock: Any) -> bool:
@@ -746,7 +770,7 @@ async def asend(pool: Any, packed: list[bytes]) -> Any:
     conn = _atake(pool)
     taken = conn is not None
     if conn is None:
-        conn = await pool.get_connection(*_name_args(pool))
+        conn = await pool.get_connection(*name_args(pool))
     try:
         return await conn.retry.call_with_retry(
             lambda: _aexchange(conn, packed), lambda _error, *_: conn.disconnect()
@@ -756,94 +780,3 @@ async def asend(pool: Any, packed: list[bytes]) -> Any:
             await _agive(pool, conn)
         else:
             await pool.release(conn)
-
-
-# Borrowing a connection for an exchange of one's own --------------------------------------------
-
-
-def _single(db: Any) -> tuple[Any, Any] | None:
-    """The connection and lock of a ``single_connection_client``, or None."""
-    conn = getattr(db, "connection", None)
-    if conn is None:
-        return None
-    lock = getattr(db, "single_connection_lock", None) or getattr(db, "_single_conn_lock", None)
-    return conn, lock
-
-
-@contextlib.contextmanager
-def borrowed(db: Any) -> Iterator[Any]:
-    """A connection of a synchronous client, held for the ``with`` block.
-
-    The connection of a ``single_connection_client`` (under its lock), else one taken from
-    the client's pool and given back after.
-    """
-    single = _single(db)
-    if single is not None:
-        conn, lock = single
-        with lock if lock is not None else contextlib.nullcontext():
-            yield conn
-        return
-    pool = db.connection_pool
-    conn = pool.get_connection(*_name_args(pool))
-    try:
-        yield conn
-    finally:
-        pool.release(conn)
-
-
-@contextlib.asynccontextmanager
-async def aborrowed(db: Any) -> AsyncIterator[Any]:
-    """Asynchronous :func:`borrowed`, for a ``redis.asyncio`` client."""
-    if getattr(db, "single_connection_client", False):
-        await db.initialize()
-    single = _single(db)
-    if single is not None:
-        conn, lock = single
-        async with lock if hasattr(lock, "__aenter__") else contextlib.nullcontext():
-            yield conn
-        return
-    pool = db.connection_pool
-    conn = await pool.get_connection(*_name_args(pool))
-    try:
-        yield conn
-    finally:
-        await pool.release(conn)
-
-
-# Driving an exchange written as steps ---------------------------------------------------------
-
-
-def drive(steps: Steps[T], perform: Callable[[tuple[Any, ...]], Any]) -> T:
-    """Run ``steps`` to their end, each performed by ``perform``; return what they return.
-
-    The result of a step is sent back into the steps, its error thrown in (where the steps may
-    clean up, such as disconnecting, before they re-raise it).
-    """
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        try:
-            reply, error = perform(step), None
-        except BaseException as err:  # handed back to the steps, which re-raise it
-            reply, error = None, err
-
-
-async def adrive(steps: Steps[T], perform: Callable[[tuple[Any, ...]], Awaitable[Any]]) -> T:
-    """Asynchronous :func:`drive`: ``perform`` returns an awaitable."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        try:
-            reply, error = await perform(step), None
-        except BaseException as err:  # handed back to the steps, which re-raise it
-            reply, error = None, err

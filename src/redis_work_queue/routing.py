@@ -1,0 +1,238 @@
+"""Routing on Redis Cluster: slot checks, commands without keys, and writes that wait.
+
+A queue lives in one slot when its prefix holds a ``{hash tag}``: every script call then names
+keys of that slot only (checked before it is sent), and redis-py routes it. What redis-py cannot
+route by itself goes to the node that owns the queue's slot: SCAN (the deep clean, flush), and
+a write followed by WAIT, which must be sent once on one connection (see :mod:`.senders`): it
+goes to a plain client of that node; a MOVED or ASK reply (the slot moved, or a failover
+promoted a replica) refreshes the slot map and sends it once more (the script did not run); a
+lost connection refreshes it too, then raises
+:class:`~redis_work_queue.errors.OutcomeUnknownError`. Pipelined adds are checked for the slot
+before they are queued. :class:`ClusterSender` is the sender of every cluster client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Generator, Sequence
+from functools import lru_cache
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.crc import key_slot
+from redis.retry import Retry
+
+from .calls import Ask, Command, ScriptCall, adrive, drive
+from .errors import CrossSlotError
+from .scripts import translate_error
+from .senders import Sender
+
+_CLUSTERS = (RedisCluster, AsyncRedisCluster)
+_CLUSTER_PIPELINES = (ClusterPipeline, AsyncClusterPipeline)
+_known: dict[type, bool] = {}
+
+
+def is_cluster(db: object) -> bool:
+    """True for a ``RedisCluster`` client (sync or asyncio)."""
+    kind = type(db)
+    found = _known.get(kind)
+    if found is None:
+        found = _known[kind] = issubclass(kind, _CLUSTERS)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def slot_of(keys: tuple[str, ...]) -> int:
+    """The one cluster slot of ``keys``.
+
+    Raises:
+        CrossSlotError: The keys are in several slots (a queue prefix without a hash tag, or
+            queues with different tags in one call).
+    """
+    slots = {key_slot(key.encode("utf-8", "surrogateescape")) for key in keys}
+    if len(slots) != 1:
+        raise CrossSlotError(
+            "on Redis Cluster the keys of one call must share a slot: give the queue prefix a "
+            "{hash tag} (for example '{jobs}' or 'app:{jobs}'), and queues leased together the "
+            f"same tag; keys: {', '.join(sorted(keys)[:4])}..."
+        )
+    return slots.pop()
+
+
+def check_pipeline(pipeline: object, keys: Sequence[str]) -> None:
+    """On a Redis Cluster pipeline (sync or asyncio), check that ``keys`` share one slot.
+
+    Raises:
+        CrossSlotError: They do not (nothing has been queued on the pipeline).
+    """
+    if isinstance(pipeline, _CLUSTER_PIPELINES):
+        slot_of(tuple(keys))
+
+
+def same_slot(keys: Sequence[str]) -> bool:
+    """True when ``keys`` share one slot."""
+    try:
+        slot_of(tuple(keys))
+    except CrossSlotError:
+        return False
+    return True
+
+
+def _command_options(db: Any, call: Command) -> dict[str, Any]:
+    """Where a plain command goes: every primary, or the node of its route's slot."""
+    if call.every_primary:
+        return {"target_nodes": db.get_primaries()}
+    if call.route is None:
+        return {}
+    slot_of((call.route, *call.slot_keys))
+    return {"target_nodes": db.get_node_from_key(call.route)}
+
+
+class ClusterSender(Sender):
+    """The sender of a Redis Cluster client (sync or asyncio): redis-py's public path, routed.
+
+    It keeps plain clients of the nodes it sent writes that wait to (by address), each with
+    its own sender (which knows the scripts loaded on that node), dropped after a failover or
+    a slot move.
+    """
+
+    __slots__ = ("nodes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[tuple[str, int], tuple[Any, Sender]] = {}
+
+    def check(self, db: Any, call: ScriptCall) -> None:
+        """The call's keys (declared, and those it names from them) share one slot."""
+        slot_of((*call.keys, *call.slot_keys))
+
+    def script(self, db: Any, call: ScriptCall) -> Any:
+        """As :meth:`Sender.script`, its keys checked for one slot first."""
+        slot_of((*call.keys, *call.slot_keys))
+        return super().script(db, call)
+
+    async def ascript(self, db: Any, call: ScriptCall) -> Any:
+        """As :meth:`Sender.ascript`, its keys checked for one slot first."""
+        slot_of((*call.keys, *call.slot_keys))
+        return await super().ascript(db, call)
+
+    def command(self, db: Any, call: Command) -> Any:
+        """As :meth:`Sender.command`, sent to the node of its route (or every primary)."""
+        return self.send(db, *call.args, **_command_options(db, call))
+
+    async def acommand(self, db: Any, call: Command) -> Any:
+        """Asynchronous :meth:`command`."""
+        if call.every_primary or call.route is not None:
+            await db.initialize()  # a new client reads the slot map on first use
+        return await self.asend(db, *call.args, **_command_options(db, call))
+
+    def answer(self, db: Any, ask: Ask) -> Any:
+        """As :meth:`Sender.answer`: keys are named together when they share a slot."""
+        if ask.fact == "max_block":
+            return super().answer(db, ask)
+        return ask.fact == "cluster" or same_slot(ask.keys)
+
+    async def aanswer(self, db: Any, ask: Ask) -> Any:
+        """Asynchronous :meth:`answer`."""
+        if ask.fact != "max_block":
+            await db.initialize()
+        return self.answer(db, ask)
+
+    def script_and_wait(self, db: Any, call: ScriptCall) -> tuple[Any, int]:
+        """As :meth:`Sender.script_and_wait`, on a client of the node that owns the slot."""
+        slot_of((*call.keys, *call.slot_keys))
+
+        def perform(step: tuple[Any, ...]) -> Any:
+            if step[0] == "send":
+                node, sender = step[1]
+                return sender.script_and_wait(node, call)
+            if step[0] == "refresh":
+                return db.nodes_manager.initialize()
+            return None  # "start": a synchronous cluster client is set up when it is made
+
+        return drive(self._waits(db, call), perform)
+
+    async def ascript_and_wait(self, db: Any, call: ScriptCall) -> tuple[Any, int]:
+        """Asynchronous :meth:`script_and_wait`."""
+        slot_of((*call.keys, *call.slot_keys))
+
+        async def perform(step: tuple[Any, ...]) -> Any:
+            if step[0] == "send":
+                node, sender = step[1]
+                return await sender.ascript_and_wait(node, call)
+            if step[0] == "refresh":
+                return await db.nodes_manager.initialize()
+            return await db.initialize()
+
+        waited: tuple[Any, int] = await adrive(self._waits(db, call), perform)
+        return waited
+
+    def _waits(self, db: Any, call: ScriptCall) -> Generator[tuple[Any, ...], Any, tuple[Any, int]]:
+        """The tries of a write that waits, as steps.
+
+        The steps are ``("start",)`` (an asyncio cluster client sets itself up), ``("send",
+        (node client, its sender))`` and ``("refresh",)`` (the slot map is read again).
+        """
+        yield ("start",)
+        for attempt in (1, 2):
+            node = self._node_client(db, call.keys[0])
+            try:
+                waited: tuple[Any, int] = yield ("send", node)
+            except (redis.exceptions.MovedError, redis.exceptions.AskError):
+                if attempt == 2:
+                    raise
+                self._forget_nodes()
+                yield ("refresh",)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                self._forget_nodes()
+                yield ("refresh",)
+                raise
+            except redis.exceptions.ResponseError as err:
+                raise translate_error(err) from err
+            else:
+                return waited
+        raise AssertionError("unreachable")
+
+    def _node_client(self, db: Any, key: str) -> tuple[Any, Sender]:
+        """A plain client (sync or asyncio, like ``db``) of the slot's primary, and its sender."""
+        node = db.get_node_from_key(key)
+        clients = self.nodes
+        found = clients.get((node.host, node.port))
+        if found is None:
+            kind = redis.asyncio.Redis if isinstance(db, AsyncRedisCluster) else redis.Redis
+            accepted = set(inspect.signature(kind.__init__).parameters) - {"self", "host", "port"}
+            settings = getattr(db.nodes_manager, "connection_kwargs", None) or getattr(
+                db, "connection_kwargs", {}
+            )
+            kwargs = {k: v for k, v in settings.items() if k in accepted and k != "retry"}
+            # No automatic retry: a write followed by WAIT must not run twice when the reply of
+            # the first run was lost (it is sent on a connection of this client).
+            if isinstance(db, AsyncRedisCluster):
+                client: Any = redis.asyncio.Redis(
+                    host=node.host, port=node.port, retry=AsyncRetry(NoBackoff(), 0), **kwargs
+                )
+            else:
+                client = redis.Redis(
+                    host=node.host, port=node.port, retry=Retry(NoBackoff(), 0), **kwargs
+                )
+            found = clients[(node.host, node.port)] = (client, Sender())
+        return found
+
+    def _forget_nodes(self) -> None:
+        """Drop the cached node clients (after a failover or a slot move).
+
+        Synchronous clients are closed; asyncio ones are left to be collected.
+        """
+        clients = self.nodes
+        for client, _ in clients.values():
+            if isinstance(client, redis.Redis):
+                with contextlib.suppress(redis.RedisError, OSError):  # the node may be gone
+                    client.close()
+        clients.clear()

@@ -1,0 +1,313 @@
+"""How calls reach one client: redis-py's public command layer, the path every client can take.
+
+A :class:`Sender` sends the calls of :mod:`.calls` on a client given to each of its methods:
+scripts (EVALSHA, then EVAL when the server does not have the script), plain commands,
+pipelines of independent scripts, and a script followed by WAIT on one connection. The lean
+path (:mod:`.lean`) and Redis Cluster's routing (:mod:`.routing`) are senders of the same
+interface; :mod:`.transport` chooses one per client. A sender keeps no reference to its client.
+
+Writes that wait for replicas are sent once: redis-py re-sends a command whose reply was lost
+(its ``retry`` and ``retry_on_timeout`` settings, and a pipeline's retry), which for a write
+that waits for replicas would run the script a second time (an ``add_item`` would then return
+False for the item it added). So the script and its WAIT take a connection from the client's
+pool, go out in one round trip, and both replies are read. A connection lost once the script was
+sent raises :class:`~redis_work_queue.errors.OutcomeUnknownError`; it is never re-sent.
+Connecting (before anything is sent) is left to the connection, with its own retry. The script
+is loaded (SCRIPT LOAD) before its first such use, then sent as EVALSHA; when the server answers
+NOSCRIPT all the same (the script did not run), it is sent again as EVAL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import Any
+
+from redis import exceptions as rex
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError, ResponseError
+
+from .calls import Ask, Command, Pipelined, ScriptCall, adrive, drive
+from .clients import max_block
+from .errors import OutcomeUnknownError
+from .scripts import Arg, translate_error
+
+#: Added to the WAIT timeout when reading its reply, so that a client whose socket timeout is
+#: shorter than the replica timeout still gets WAIT's answer rather than a lost reply.
+WAIT_MARGIN_SECS = 1.0
+
+_LOST = (rex.ConnectionError, rex.TimeoutError, OSError)
+#: An exchange on one connection, as steps ``(method name, *args[, keyword dict])``.
+_Exchange = Generator[tuple[Any, ...], Any, tuple[Any, int]]
+
+
+class Sender:
+    """Sends calls on a client through redis-py's public command layer.
+
+    Replies are never decoded by the client, so item data stays binary even on a connection
+    with ``decode_responses=True``. Errors a script raises come out as the library's
+    (:func:`~.scripts.translate_error`).
+    """
+
+    __slots__ = ("loaded",)
+
+    def __init__(self) -> None:
+        #: The scripts this sender has loaded (SCRIPT LOAD) for its writes that wait.
+        self.loaded: set[str] = set()
+
+    # Scripts and commands ----------------------------------------------------------------------
+
+    def script(self, db: Any, call: ScriptCall) -> Any:
+        """Run a script (EVALSHA, else EVAL) and return its reply, undecoded."""
+        params = call.script.params(call.keys, call.args)
+        try:
+            return self.send(db, "EVALSHA", call.script.sha, *params)
+        except NoScriptError:
+            return self.send(db, "EVAL", call.script.script, *params)
+
+    async def ascript(self, db: Any, call: ScriptCall) -> Any:
+        """Asynchronous :meth:`script`, on a ``redis.asyncio`` client."""
+        params = call.script.params(call.keys, call.args)
+        try:
+            return await self.asend(db, "EVALSHA", call.script.sha, *params)
+        except NoScriptError:
+            return await self.asend(db, "EVAL", call.script.script, *params)
+
+    def command(self, db: Any, call: Command) -> Any:
+        """Send a plain command and return its reply, undecoded."""
+        return self.send(db, *call.args)
+
+    async def acommand(self, db: Any, call: Command) -> Any:
+        """Asynchronous :meth:`command`."""
+        return await self.asend(db, *call.args)
+
+    @staticmethod
+    def send(db: Any, *args: Arg, **options: Any) -> Any:
+        """One command whose reply is not decoded; a server error as the library's.
+
+        Raises:
+            WrongKeyTypeError: A key holds the wrong Redis type.
+            redis.exceptions.OutOfMemoryError: The server refused a write for lack of memory.
+            redis.exceptions.NoScriptError: EVALSHA of a script the server does not have.
+        """
+        try:
+            return db.execute_command(*args, **options, **{NEVER_DECODE: True})
+        except NoScriptError:
+            raise
+        except ResponseError as err:
+            raise translate_error(err) from err
+
+    @staticmethod
+    async def asend(db: Any, *args: Arg, **options: Any) -> Any:
+        """Asynchronous :meth:`send`."""
+        try:
+            return await db.execute_command(*args, **options, **{NEVER_DECODE: True})
+        except NoScriptError:
+            raise
+        except ResponseError as err:
+            raise translate_error(err) from err
+
+    # Pipelines -------------------------------------------------------------------------------
+
+    def check(self, db: Any, call: ScriptCall) -> None:
+        """Check a call before it is sent (Redis Cluster: that its keys share a slot)."""
+
+    def pipelined(self, db: Any, call: Pipelined) -> Any:
+        """Independent scripts in one round trip (not a transaction); their replies."""
+        pipe = db.pipeline(transaction=False)
+        for each in call.calls:
+            self.check(db, each)
+            queue_on(pipe, each)
+        return pipe.execute()
+
+    async def apipelined(self, db: Any, call: Pipelined) -> Any:
+        """Asynchronous :meth:`pipelined`."""
+        pipe = db.pipeline(transaction=False)
+        for each in call.calls:
+            self.check(db, each)
+            queue_on(pipe, each)
+        return await pipe.execute()
+
+    # Writes that wait for replicas -----------------------------------------------------------
+
+    def script_and_wait(self, db: Any, call: ScriptCall) -> tuple[Any, int]:
+        """Run a script then ``WAIT`` on one connection of ``db``, sent once.
+
+        Returns:
+            The script's reply (undecoded) and the number of replicas that acknowledged.
+
+        Raises:
+            OutcomeUnknownError: The connection was lost after the script was sent.
+            ResponseError: The server refused the script (such as MOVED): it did not run.
+        """
+        if call.script.sha not in self.loaded:
+            db.script_load(call.script.script)  # a plain command: running it twice is harmless
+            self.loaded.add(call.script.sha)
+        try:
+            return _waited(db, call, by_sha=True)
+        except NoScriptError:  # the server lost its scripts (a restart, a failover, SCRIPT FLUSH)
+            self.loaded.discard(call.script.sha)
+            return _waited(db, call, by_sha=False)
+
+    async def ascript_and_wait(self, db: Any, call: ScriptCall) -> tuple[Any, int]:
+        """Asynchronous :meth:`script_and_wait`."""
+        if call.script.sha not in self.loaded:
+            await db.script_load(call.script.script)
+            self.loaded.add(call.script.sha)
+        try:
+            return await _awaited(db, call, by_sha=True)
+        except NoScriptError:
+            self.loaded.discard(call.script.sha)
+            return await _awaited(db, call, by_sha=False)
+
+    # Questions about the client --------------------------------------------------------------
+
+    def answer(self, db: Any, ask: Ask) -> Any:
+        """The answer to an operation's question about ``db`` (see :data:`~.calls.Fact`)."""
+        if ask.fact == "max_block":
+            return max_block(db)
+        return ask.fact == "together"  # one server: every key can be named in one call
+
+    async def aanswer(self, db: Any, ask: Ask) -> Any:
+        """Asynchronous :meth:`answer`."""
+        return self.answer(db, ask)
+
+
+def raw_command(db: Any, *args: Arg, **options: Any) -> Any:
+    """One command on a client or a caller's pipeline, by the public path; its reply undecoded.
+
+    Raises:
+        WrongKeyTypeError: A key holds the wrong Redis type.
+        redis.exceptions.OutOfMemoryError: The server refused a write for lack of memory.
+    """
+    return Sender.send(db, *args, **options)
+
+
+def queue_on(pipeline: Any, call: ScriptCall) -> None:
+    """Queue a script call on a pipeline (sync or asyncio); it is loaded before it runs.
+
+    A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL).
+    """
+    params = call.script.params(call.keys, call.args)
+    if hasattr(pipeline, "scripts"):
+        pipeline.scripts.add(call.script)
+        pipeline.execute_command("EVALSHA", call.script.sha, *params, **{NEVER_DECODE: True})
+    else:
+        pipeline.execute_command("EVAL", call.script.script, *params, **{NEVER_DECODE: True})
+
+
+# The exchange of a write that waits --------------------------------------------------------------
+
+
+def _waited(db: Any, call: ScriptCall, by_sha: bool) -> tuple[Any, int]:
+    with _borrowed(db) as conn:
+        return drive(_exchange(conn, call, by_sha), _performer(conn))
+
+
+async def _awaited(db: Any, call: ScriptCall, by_sha: bool) -> tuple[Any, int]:
+    async with _aborrowed(db) as conn:
+        return await adrive(_exchange(conn, call, by_sha), _performer(conn))
+
+
+def _exchange(conn: Any, call: ScriptCall, by_sha: bool) -> _Exchange:
+    """The script and its WAIT on one connection, as steps of the connection's methods.
+
+    Each step is ``(method name, *args)`` or ``(method name, *args, keyword dict)``; an error of
+    a step is thrown back in.
+    """
+    assert call.wait is not None
+    yield ("connect",)  # connecting sends nothing: the connection's own retry applies
+    params = call.script.params(call.keys, call.args)
+    head = ("EVALSHA", call.script.sha) if by_sha else ("EVAL", call.script.script)
+    first: BaseException | None = None
+    reply: Any = None
+    try:
+        yield ("send_packed_command", conn.pack_commands([(*head, *params), ("WAIT", *call.wait)]))
+        try:
+            reply = yield ("read_response", {"disable_decoding": True})
+        except ResponseError as err:
+            first = err
+        try:
+            acked = yield ("read_response", _wait_read_options(conn, call.wait))
+        except ResponseError as err:  # WAIT refused (a replica): the script's error comes first
+            acked = err
+    except _LOST as err:
+        yield ("disconnect",)
+        if isinstance(first, ResponseError):  # the script was refused: it wrote nothing
+            raise
+        raise OutcomeUnknownError(call.script.name, err) from err
+    except BaseException:
+        yield ("disconnect",)
+        raise
+    if first is not None:
+        raise first
+    if isinstance(acked, ResponseError):
+        raise acked
+    return reply, int(acked)
+
+
+def _performer(conn: Any) -> Callable[[tuple[Any, ...]], Any]:
+    """How a driver performs a step on ``conn``: ``(method name, *args[, keyword dict])``."""
+
+    def perform(step: tuple[Any, ...]) -> Any:
+        name, *rest = step
+        if rest and isinstance(rest[-1], dict):
+            return getattr(conn, name)(*rest[:-1], **rest[-1])
+        return getattr(conn, name)(*rest)
+
+    return perform
+
+
+_TAKES_TIMEOUT: dict[type, bool] = {}
+
+
+def _wait_read_options(conn: Any, wait: tuple[int, int]) -> dict[str, Any]:
+    """The read options for WAIT's reply: long enough for WAIT to answer by itself."""
+    socket_timeout = getattr(conn, "socket_timeout", None)
+    kind = type(conn)
+    takes = _TAKES_TIMEOUT.get(kind)
+    if takes is None:  # newer redis-py: read_response takes a timeout
+        takes = _TAKES_TIMEOUT[kind] = "timeout" in inspect.signature(conn.read_response).parameters
+    if socket_timeout is None or not takes:
+        return {}
+    return {"timeout": max(float(socket_timeout), wait[1] / 1000 + WAIT_MARGIN_SECS)}
+
+
+_NEEDS_NAME: dict[type, tuple[str, ...]] = {}
+
+
+def name_args(pool: Any) -> tuple[str, ...]:
+    """``get_connection``'s arguments: a command name where it is required (redis-py 5.0)."""
+    kind = type(pool)
+    found = _NEEDS_NAME.get(kind)
+    if found is None:
+        name = inspect.signature(pool.get_connection).parameters.get("command_name")
+        needed = name is not None and name.default is inspect.Parameter.empty
+        found = _NEEDS_NAME[kind] = ("EVALSHA",) if needed else ()
+    return found
+
+
+@contextlib.contextmanager
+def _borrowed(db: Any) -> Iterator[Any]:
+    """A connection of the client's pool, held for the ``with`` block."""
+    pool = db.connection_pool
+    conn = pool.get_connection(*name_args(pool))
+    try:
+        yield conn
+    finally:
+        pool.release(conn)
+
+
+@contextlib.asynccontextmanager
+async def _aborrowed(db: Any) -> AsyncIterator[Any]:
+    """Asynchronous :func:`_borrowed`, for a ``redis.asyncio`` client."""
+    pool = db.connection_pool
+    conn = await pool.get_connection(*name_args(pool))
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
+
+
+__all__ = ["WAIT_MARGIN_SECS", "Sender", "name_args", "queue_on", "raw_command"]
