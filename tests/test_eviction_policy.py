@@ -193,3 +193,64 @@ def test_a_worker_warns_at_start_on_an_evicting_server(
     assert len(logged) == 1
     assert "allkeys-lru" in logged[0]
     assert "noeviction" in logged[0]
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "noeviction"])
+def test_a_producer_hears_of_it_on_its_first_write(
+    server: Proc, caplog: pytest.LogCaptureFixture, policy: str
+) -> None:
+    """A queue used only to add (a web app) warns once per client, on its first call."""
+    server.client().config_set("maxmemory-policy", policy)
+    caplog.set_level(logging.WARNING, logger="redis_work_queue.server")
+    db = server.client()
+    queue = WorkQueue(KeyPrefix("producer"))
+    for n in range(5):
+        assert queue.add_item(db, Item(b"", id=f"p{n}")) is True
+    other = server.client()
+    assert queue.add_item(other, Item(b"", id="other")) is True
+    logged = warnings_logged(caplog)
+    if policy == "noeviction":
+        assert logged == []
+        return
+    assert len(logged) == 2  # one per client, not one per write
+    assert all("allkeys-lru" in line and "noeviction" in line for line in logged)
+    assert check_eviction(db) is not None
+    assert len(warnings_logged(caplog)) == 2  # the client was told already
+
+
+def test_an_asyncio_producer_hears_of_it_on_its_first_write(
+    server: Proc, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redis_work_queue import AsyncWorkQueue  # noqa: PLC0415
+
+    server.client().config_set("maxmemory-policy", "volatile-ttl")
+    caplog.set_level(logging.WARNING, logger="redis_work_queue.server")
+
+    async def main() -> None:
+        db = redis.asyncio.Redis(host=server.host, port=server.port)
+        queue = AsyncWorkQueue(KeyPrefix("aproducer"))
+        for n in range(3):
+            assert await queue.add_item(db, Item(b"", id=f"p{n}")) is True
+        await db.aclose()
+
+    asyncio.run(main())
+    logged = warnings_logged(caplog)
+    assert len(logged) == 1 and "volatile-ttl" in logged[0]
+
+
+def test_a_producer_that_may_not_read_the_policy_is_told_nothing(
+    server: Proc, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = server.client()
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    admin.acl_setuser(
+        "quiet",
+        enabled=True,
+        passwords=["+pw"],
+        commands=["+@all", "-config", "-info"],
+        keys=["~*"],
+    )
+    caplog.set_level(logging.DEBUG, logger="redis_work_queue.server")
+    db = server.client(username="quiet", password="pw")
+    assert WorkQueue(KeyPrefix("quiet")).add_item(db, Item(b"", id="a")) is True
+    assert warnings_logged(caplog) == []

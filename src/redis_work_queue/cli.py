@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError
 
-from . import metrics, server
+from . import metrics, server, transport
 from .connect import Target, connect, mask, target, with_credentials
 from .durations import BOUNDS
 from .errors import (
@@ -243,6 +243,7 @@ STAT_COLUMNS = ("queued", "leased", "expired", "delayed", "dead")
 
 
 def _info(args: argparse.Namespace, db: Any) -> int:
+    transport.sender_of(db).checked = True  # the policy is reported below, not logged first
     rows: dict[str, dict[str, Any]] = {
         name: asdict(_queue(args, name).stats(db)) for name in args.queues
     }

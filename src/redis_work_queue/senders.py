@@ -50,11 +50,15 @@ class Sender:
     (:func:`~.scripts.translate_error`).
     """
 
-    __slots__ = ("loaded",)
+    __slots__ = ("checked", "loaded", "warned")
 
     def __init__(self) -> None:
         #: The scripts this sender has loaded (SCRIPT LOAD) for its writes that wait.
         self.loaded: set[str] = set()
+        #: Whether the server's eviction policy was read for this client (on its first script
+        #: call), and whether a warning about it was logged.
+        self.checked = False
+        self.warned = False
 
     # Scripts and commands ----------------------------------------------------------------------
 

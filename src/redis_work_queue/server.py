@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .ops.server import SAFE_POLICY, may_evict, policy_steps
+from . import transport
+from .ops.server import SAFE_POLICY, eviction_message, may_evict, policy_steps
 from .transport import arun, run
 
 logger = logging.getLogger(__name__)
@@ -30,18 +31,6 @@ __all__ = [
     "eviction_policy",
     "may_evict",
 ]
-
-_CHECKED = "_rwq_eviction_checked"
-
-
-def eviction_message(policy: str) -> str:
-    """The warning for a server whose eviction policy is ``policy``."""
-    return (
-        f"Redis maxmemory-policy is {policy}: when it reaches maxmemory, Redis deletes keys, "
-        "queued items and leases included, and the queue silently loses or repeats work. "
-        f"Set maxmemory-policy {SAFE_POLICY} (CONFIG SET maxmemory-policy {SAFE_POLICY}, or in "
-        "redis.conf or your provider's parameter group) and size maxmemory for the backlog"
-    )
 
 
 def eviction_policy(db: Any) -> str | None:
@@ -61,8 +50,9 @@ def _report(db: Any, policy: str | None, log: bool) -> str | None:
     if policy is None or not may_evict(policy):
         return None
     message = eviction_message(policy)
-    if log and not db.__dict__.get(_CHECKED):
-        db.__dict__[_CHECKED] = True
+    sender = transport.sender_of(db)
+    if log and not sender.warned:
+        sender.warned = True
         logger.warning("%s", message)
     return message
 

@@ -17,6 +17,7 @@ client object. :func:`use` overrides it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from typing import Any, Literal, TypeVar
@@ -24,6 +25,9 @@ from typing import Any, Literal, TypeVar
 from . import lean, routing, senders
 from .calls import Ask, Call, Command, Pipelined, ScriptCall, Sleep, Steps, adrive, drive
 from .errors import InvalidArgumentError
+from .ops.server import eviction_message, may_evict, policy_steps
+
+logger = logging.getLogger("redis_work_queue.server")
 
 T = TypeVar("T")
 Path = Literal["auto", "public", "lean"]
@@ -83,6 +87,8 @@ def execute(db: Any, call: Call) -> Any:
     """Send one call on a synchronous client and return its reply."""
     sender = _SENDERS.get(id(db)) or _choose(db, "auto")
     if type(call) is ScriptCall:
+        if not sender.checked:
+            _check_eviction(db, sender)
         if call.wait is None:
             return sender.script(db, call)
         return sender.script_and_wait(db, call)
@@ -101,6 +107,8 @@ async def aexecute(db: Any, call: Call) -> Any:
     """Send one call on a ``redis.asyncio`` client and return its reply."""
     sender = _SENDERS.get(id(db)) or _choose(db, "auto")
     if type(call) is ScriptCall:
+        if not sender.checked:
+            await _acheck_eviction(db, sender)
         if call.wait is None:
             return await sender.ascript(db, call)
         return await sender.ascript_and_wait(db, call)
@@ -113,6 +121,38 @@ async def aexecute(db: Any, call: Call) -> Any:
     assert isinstance(call, Sleep)
     await asyncio.sleep(call.seconds)
     return None
+
+
+def _check_eviction(db: Any, sender: senders.Sender) -> None:
+    """On a client's first script call: warn once when its server may evict queue keys.
+
+    A producer that only adds (a web app) hears of it too, not only workers and ``rwq``. Where
+    the policy cannot be read (CONFIG and INFO refused), or the read fails, nothing is said.
+    """
+    sender.checked = True
+    try:
+        policy = drive(policy_steps(), lambda call: sender.command(db, call))
+    except Exception as err:  # a warning must never stop a write
+        logger.debug("could not read the eviction policy: %s", err)
+        return
+    _warn(policy, sender)
+
+
+async def _acheck_eviction(db: Any, sender: senders.Sender) -> None:
+    """Asynchronous :func:`_check_eviction`."""
+    sender.checked = True
+    try:
+        policy = await adrive(policy_steps(), lambda call: sender.acommand(db, call))
+    except Exception as err:
+        logger.debug("could not read the eviction policy: %s", err)
+        return
+    _warn(policy, sender)
+
+
+def _warn(policy: str | None, sender: senders.Sender) -> None:
+    if policy is not None and may_evict(policy) and not sender.warned:
+        sender.warned = True
+        logger.warning("%s", eviction_message(policy))
 
 
 def run(db: Any, steps: Steps[T]) -> T:

@@ -16,6 +16,16 @@ logger = logging.getLogger("redis_work_queue.server")
 SAFE_POLICY = "noeviction"
 
 
+def eviction_message(policy: str) -> str:
+    """The warning for a server whose eviction policy is ``policy``."""
+    return (
+        f"Redis maxmemory-policy is {policy}: when it reaches maxmemory, Redis deletes keys, "
+        "queued items and leases included, and the queue silently loses or repeats work. "
+        f"Set maxmemory-policy {SAFE_POLICY} (CONFIG SET maxmemory-policy {SAFE_POLICY}, or in "
+        "redis.conf or your provider's parameter group) and size maxmemory for the backlog"
+    )
+
+
 def may_evict(policy: str) -> bool:
     """Whether Redis may delete queue keys under ``policy`` (anything but ``noeviction``)."""
     return policy.lower() != SAFE_POLICY
