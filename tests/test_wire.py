@@ -339,12 +339,14 @@ def test_connection_killed_is_retried_as_the_client_says(
     admin = server.client()
     q = WorkQueue(KeyPrefix("wire"))
     retrying = server.client(retry=Retry(NoBackoff(), 2))
+    q.stats(retrying)  # its first script call reads the eviction policy: done before the kill
     killed = _kill_after_checkout(retrying, admin, monkeypatch)
     assert q.add_item(retrying, Item(b"a", id="a")) is True
     assert killed and admin.llen("wire:queue") == 1
     monkeypatch.undo()
     sent = Sent(monkeypatch)
     once = server.client(retry=Retry(NoBackoff(), 0))
+    q.stats(once)
     _kill_after_checkout(once, admin, monkeypatch)
     with pytest.raises(redis.ConnectionError):
         q.add_item(once, Item(b"b", id="b"))
