@@ -32,9 +32,17 @@ import pytest
 import redis
 import redis.asyncio
 
-from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue, transport
-from redis_work_queue import aio as aio_api
-from redis_work_queue import workqueue as sync_api
+from redis_work_queue import (
+    AsyncWorkQueue,
+    Item,
+    KeyPrefix,
+    WorkQueue,
+    acomplete_and_lease_from,
+    alease_from,
+    complete_and_lease_from,
+    lease_from,
+    transport,
+)
 from redis_work_queue.queue_base import QueueBase
 from servers import Proc
 
@@ -255,13 +263,11 @@ class Lane:
 
     @property
     def lease_from(self) -> Callable[..., Any]:
-        return sync_api.lease_from if self.loop is None else aio_api.lease_from
+        return lease_from if self.loop is None else alease_from
 
     @property
     def complete_and_lease_from(self) -> Callable[..., Any]:
-        if self.loop is None:
-            return sync_api.complete_and_lease_from
-        return aio_api.complete_and_lease_from
+        return complete_and_lease_from if self.loop is None else acomplete_and_lease_from
 
     def queue(self, prefix: str, **options: Any) -> Any:
         """A queue of this lane's API."""
@@ -517,11 +523,26 @@ def run_lanes(lanes: list[Lane], scenario: Scenario) -> list[list[Record]]:
 # Which path a call took ---------------------------------------------------------------------------
 
 
+def lean_by_flavour() -> dict[tuple[str, str], bool]:
+    """Whether the lean path takes a plain client of each API and flavour (no connection)."""
+    return {
+        (api, flavour): transport.lean_available(kind(**options))
+        for api, kind in (("sync", redis.Redis), ("asyncio", redis.asyncio.Redis))
+        for flavour, options in FLAVOURS.items()
+    }
+
+
 class ScriptRoutes:
     """Counts the script calls (EVALSHA, EVAL) each client sent through redis-py's public
-    command layer, ``Redis.execute_command`` (sync and asyncio)."""
+    command layer, ``Redis.execute_command`` (sync and asyncio).
+
+    The counting wraps that method on redis-py's client classes; the lean path must take the
+    same clients with the wrapper as without it (checked here), or the lean lanes would be left
+    out unseen.
+    """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        before = lean_by_flavour()
         self.counts: Counter[int] = Counter()
         counts = self.counts
         sync_send = redis.Redis.execute_command
@@ -539,6 +560,10 @@ class ScriptRoutes:
 
         monkeypatch.setattr(redis.Redis, "execute_command", spy)
         monkeypatch.setattr(redis.asyncio.Redis, "execute_command", aspy)
+        after = lean_by_flavour()
+        assert after == before, (
+            f"counting calls changed the clients the lean path takes: {before} -> {after}"
+        )
 
     def expect(self, name: str, client: Any, path: str) -> None:
         """``client``'s script calls took ``path``: a ``public`` client's through the command

@@ -79,7 +79,7 @@ def install(version: str, cache: Path) -> Path:
         subprocess.run(
             [
                 sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                "--no-input", "--target", str(staging), f"redis=={version}",
+                "--no-input", "--no-warn-conflicts", "--target", str(staging), f"redis=={version}",
             ],
             check=True,
             stdin=subprocess.DEVNULL,

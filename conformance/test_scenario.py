@@ -10,12 +10,16 @@ have taken its path (:class:`lanes.ScriptRoutes`).
 
 from __future__ import annotations
 
+import inspect
+import re
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import redis_work_queue
 from lanes import (
     FLAVOURS,
     Check,
@@ -28,12 +32,14 @@ from lanes import (
     run_lanes,
 )
 from redis_work_queue import (
+    AsyncWorkQueue,
     CleanReport,
     FlushReport,
     InvalidArgumentError,
     Item,
     QueueStats,
     Released,
+    WorkQueue,
     WrongKeyTypeError,
 )
 from redis_work_queue.results import QueueCounts
@@ -93,6 +99,16 @@ def adding(lane: Lane, check: Check) -> None:
         lambda r: (
             [(i.position, i.id, i.data) for i in r]
             == [(0, "a", b"a"), (1, "u", b"u"), (2, "b", b"b")]
+        ),
+    )
+    check(
+        "peek at every item (a reply longer than one read)",
+        lane.do(q.peek, 0, 20),
+        lambda r: (
+            [i.id for i in r][3:8] == ["c", "d é {x} *?[:]", "e", "f", "big"]
+            and (r[3].data, r[4].data, r[7].data)
+            == (b"\xff\x00c\r\n", "é ü".encode(), b"x" * 200_000)
+            and len(r) == 13
         ),
     )
     check(
@@ -491,3 +507,31 @@ def test_scenario_gives_the_same_replies_and_keys_on_every_path(
         records = run_lanes(lanes, SCENARIOS[name])
         assert records[0], "the scenario recorded nothing"
         routes.check(lanes)
+
+
+def public_methods(cls: type) -> set[str]:
+    return {
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, name))
+    }
+
+
+def test_every_public_operation_is_in_a_scenario() -> None:
+    """A method or function added to the public API fails here until a conformance test
+    calls it."""
+    here = Path(__file__).resolve().parent
+    source = "\n".join(p.read_text("utf-8") for p in sorted(here.glob("*.py")))
+    # Imports name a function without calling it.
+    source = re.sub(r"^(from|import) [^(\n]*(\([^)]*\))?", "", source, flags=re.MULTILINE)
+    methods = public_methods(WorkQueue) | public_methods(AsyncWorkQueue)
+    functions = {
+        name
+        for name in redis_work_queue.__all__
+        if inspect.isfunction(getattr(redis_work_queue, name))
+    }
+    assert {"add_item", "lease", "flush"} <= methods
+    assert {"lease_from", "alease_from", "live_workers"} <= functions
+    missing = [name for name in sorted(methods) if not re.search(rf"\.{name}\b", source)]
+    missing += [name for name in sorted(functions) if not re.search(rf"\b{name}\b", source)]
+    assert not missing, f"public operations no conformance test calls: {missing}"
