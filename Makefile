@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_QUIET ?= -q
 
-.PHONY: demo test lint format bench docs clean
+.PHONY: demo test conformance lint format bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,16 +33,22 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## conformance: the conformance tests (conformance/) on the oldest and newest redis-py release of
+## each major line the package allows, each installed on first use into .venv/redis-py/
+## (CONFORMANCE_ARGS='--versions 5.0.0 8.1.0' to run some of them)
+conformance: $(VENV)/.installed
+	$(BIN)/python conformance/run.py --cache $(VENV)/redis-py $(CONFORMANCE_ARGS)
+
 ## lint: ruff on everything, mypy --strict on src/
 lint: $(VENV)/.installed
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench conformance
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m redis_work_queue.lualint
 
 format: $(VENV)/.installed
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench conformance
+	$(BIN)/ruff check --fix src tests bench conformance
 
 ## bench: figures and same-run ratios against the published baseline client and the peers
 ## (rq, BullMQ, Redis Streams; the bench extra), then the wire path against redis-py's own

@@ -1,0 +1,537 @@
+"""Every public operation, as scripted scenarios run in lockstep through every lane.
+
+Each scenario runs at once on the synchronous and the asyncio API, each through the public
+path, the lean path (where it takes the client) and the library's own choice (``auto``), on
+each client flavour (RESP2 and RESP3, bytes and decoded replies). After every step the replies
+and the whole key state of each lane must equal the synchronous public lane's; every step's
+reply is also checked against what the operation promises. Last, each lane's script calls must
+have taken its path (:class:`lanes.ScriptRoutes`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import redis_work_queue
+from lanes import (
+    FLAVOURS,
+    Check,
+    Lane,
+    Loop,
+    Scenario,
+    ScriptRoutes,
+    closing,
+    make_lanes,
+    run_lanes,
+)
+from redis_work_queue import (
+    AsyncWorkQueue,
+    CleanReport,
+    FlushReport,
+    InvalidArgumentError,
+    Item,
+    QueueStats,
+    Released,
+    WorkQueue,
+    WrongKeyTypeError,
+)
+from redis_work_queue.results import QueueCounts
+from servers import Proc
+
+
+def ids(items: list[Item]) -> list[tuple[str, int]]:
+    """Each item's id and delivery count."""
+    return [(item.id(), item.deliveries) for item in items]
+
+
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+# Adding and looking ----------------------------------------------------------------------------
+
+
+def adding(lane: Lane, check: Check) -> None:
+    q = lane.queue("adds")
+    check("add_item", lane.do(q.add_item, Item(b"a", id="a")), True)
+    check("add_item of an id that exists", lane.do(q.add_item, Item(b"other", id="a")), False)
+    check("add_unique_item", lane.do(q.add_unique_item, Item(b"u", id="u")), None)
+    batch = [
+        Item(b"b", id="b"),
+        Item(b"again", id="a"),
+        Item(b"\xff\x00c\r\n", id="c"),
+        Item("é ü", id="d é {x} *?[:]"),
+    ]
+    check("add_items", lane.do(q.add_items, batch), [True, False, True, True])
+    unique = [Item(b"e", id="e"), Item(b"f", id="f")]
+    check("add_items unique", lane.do(q.add_items, unique, unique=True), [True, True])
+    check("add_item of 200 kB", lane.do(q.add_item, Item(b"x" * 200_000, id="big")), True)
+    check(
+        "add_item with a ttl",
+        lane.do(q.add_item, Item(b"t", id="t"), ttl=60),
+        True,
+        keys=lambda s: 50_000 < s[b"adds:item:t"][2] <= 60_000,
+    )
+    check(
+        "add_items with a ttl",
+        lane.do(q.add_items, [Item(b"t2", id="t2"), Item(b"t3", id="t3")], ttl=60),
+        [True, True],
+        keys=lambda s: 50_000 < s[b"adds:item:t3"][2] <= 60_000,
+    )
+
+    def fill(pipe: Any) -> None:
+        q.add_item_to_pipeline(pipe, Item(b"p1", id="p1"))
+        q.add_unique_item_to_pipeline(pipe, Item(b"p2", id="p2"))
+
+    check("add_item_to_pipeline", lane.pipeline(fill), [1, 12, 1, 13])
+    check("queue_len", lane.do(q.queue_len), 13)
+    check("processing", lane.do(q.processing), 0)
+    check(
+        "peek",
+        lane.do(q.peek, 0, 3),
+        lambda r: (
+            [(i.position, i.id, i.data) for i in r]
+            == [(0, "a", b"a"), (1, "u", b"u"), (2, "b", b"b")]
+        ),
+    )
+    check(
+        "peek at every item (a reply longer than one read)",
+        lane.do(q.peek, 0, 20),
+        lambda r: (
+            [i.id for i in r][3:8] == ["c", "d é {x} *?[:]", "e", "f", "big"]
+            and (r[3].data, r[4].data, r[7].data)
+            == (b"\xff\x00c\r\n", "é ü".encode(), b"x" * 200_000)
+            and len(r) == 13
+        ),
+    )
+    check(
+        "peek from the newest", lane.do(q.peek, -2, 5), lambda r: [i.id for i in r] == ["p1", "p2"]
+    )
+    check("stats", lane.do(q.stats), QueueStats(queued=13, leased=0, expired=0, delayed=0, dead=0))
+    check("counts", lane.do(q.counts), QueueCounts(added=13))
+    check("add_item with a delay", lane.do(q.add_item, Item(b"l", id="later"), delay=3600), True)
+    due = datetime.now(timezone.utc) + timedelta(hours=1)
+    check(
+        "add_items due at a datetime",
+        lane.do(q.add_items, [Item(b"l2", id="later2")], delay=due),
+        [True],
+        keys=lambda s: [m for m, _ in s[b"adds:delayed"][1]] == [b"later", b"later2"],
+    )
+    check("stats with delayed items", lane.do(q.stats), lambda r: (r.queued, r.delayed) == (13, 2))
+    check.raises(
+        "add_item of a dict", InvalidArgumentError, lambda: lane.do(q.add_item, {"data": b"x"})
+    )
+    check.raises(
+        "add_item with a negative ttl",
+        InvalidArgumentError,
+        lambda: lane.do(q.add_item, Item(b"n", id="n"), ttl=-1),
+    )
+    lane.admin.hset("wrong:queue", "not", "a list")
+    wrong = lane.queue("wrong")
+    check.raises(
+        "add_item to a queue whose main queue is a hash",
+        WrongKeyTypeError,
+        lambda: lane.do(wrong.add_item, Item(b"w", id="w")),
+    )
+
+
+# Leasing and completing -------------------------------------------------------------------------
+
+
+def leasing(lane: Lane, check: Check) -> None:
+    q = lane.queue("leases")
+    items = [Item(f"d{n}".encode(), id=f"i{n}") for n in range(8)]
+    check("add 8", lane.do(q.add_items, items), [True] * 8)
+    first = check(
+        "lease",
+        lane.do(q.lease, 30, block=False),
+        lambda r: ids([r]) == [("i0", 1)] and r.data() == b"d0" and r.lease_token,
+    )
+    many = check(
+        "lease_many",
+        lane.do(q.lease_many, 30, 3, block=False),
+        lambda r: ids(r) == [("i1", 1), ("i2", 1), ("i3", 1)],
+    )
+    check(
+        "pending",
+        lane.do(q.pending, 0, 10),
+        lambda r: (
+            [(p.id, p.deliveries) for p in r] == [(f"i{n}", 1) for n in range(4)]
+            and all(25 < p.lease_left <= 30 and not p.expired for p in r)
+        ),
+    )
+    check("stats", lane.do(q.stats), QueueStats(queued=4, leased=4, expired=0, delayed=0, dead=0))
+    check(
+        "renew",
+        lane.do(q.renew, first, 60),
+        True,
+        keys=lambda s: 55_000 < s[b"leases:lease:i0"][2] <= 60_000,
+    )
+    check("renew_many", lane.do(q.renew_many, many[:2], 45), [True, True])
+    check("release with a reason", lane.do(q.release, many[0], reason="boom"), True)
+    check("release of a lease no longer held", lane.do(q.release, many[0]), False)
+    check("renew of a lease no longer held", lane.do(q.renew, many[0], 30), False)
+    check(
+        "renew_many of a lease no longer held", lane.do(q.renew_many, many[:2], 30), [False, True]
+    )
+    check("release_outcome undo", lane.do(q.release_outcome, many[1], undo=True), Released.REQUEUED)
+    check("complete", lane.do(q.complete, first), True)
+    check("complete again", lane.do(q.complete, first), False)
+    # The undone item comes first and is not counted; the released one went to the far end.
+    again = check(
+        "lease_many after a release and an undo",
+        lane.do(q.lease_many, 30, 2, block=False),
+        lambda r: ids(r) == [("i2", 1), ("i4", 1)],
+    )
+    check("complete_many", lane.do(q.complete_many, again), again)
+    check("complete_many again", lane.do(q.complete_many, again), [])
+    check("give_back", lane.do(q.give_back, [many[2]]), [True])
+    check("give_back again", lane.do(q.give_back, [many[2]]), [False])
+    check(
+        "leased, the body returns",
+        lane.leased(q, lambda item: None, 30, block=False),
+        lambda r: ids([r]) == [("i3", 1)],
+        keys=lambda s: b"leases:item:i3" not in s,
+    )
+
+    def fail(item: Item | None) -> None:
+        raise RuntimeError("the handler failed")
+
+    check.raises(
+        "leased, the body raises", RuntimeError, lambda: lane.leased(q, fail, 30, block=False)
+    )
+    check(
+        "lease at most once",
+        lane.do(q.lease, 30, block=False, at_most_once=True),
+        lambda r: ids([r]) == [("i6", 1)],
+        keys=lambda s: b"leases:item:i6" not in s and b"leases:lease:i6" not in s,
+    )
+    held = check("lease", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("i7", 1)])
+    check(
+        "complete_and_lease_from",
+        lane.do(lane.complete_and_lease_from, q, held, [q], 30),
+        lambda r: r[0] is True and r[1][0] is q and ids([r[1][1]]) == [("i1", 2)],
+    )
+    check(
+        "counts",
+        lane.do(q.counts),
+        QueueCounts(added=8, completed=5, failed=2, retried=4),
+    )
+
+    hi, lo = lane.queue("hi"), lane.queue("lo")
+    check("add to the low queue", lane.do(lo.add_item, Item(b"l1", id="l1")), True)
+    check(
+        "lease_from the low queue",
+        lane.do(lane.lease_from, [hi, lo], 30, block=False),
+        lambda r: r[0] is lo and ids([r[1]]) == [("l1", 1)],
+    )
+    check("add to the low queue", lane.do(lo.add_item, Item(b"l2", id="l2")), True)
+    check("add to the high queue", lane.do(hi.add_item, Item(b"h1", id="h1")), True)
+    top = check(
+        "lease_from the high queue first",
+        lane.do(lane.lease_from, [hi, lo], 30, block=False),
+        lambda r: r[0] is hi and ids([r[1]]) == [("h1", 1)],
+    )
+    check(
+        "complete_and_lease_from two queues",
+        lane.do(lane.complete_and_lease_from, hi, top[1], [hi, lo], 30),
+        lambda r: r[0] is True and r[1][0] is lo and ids([r[1][1]]) == [("l2", 1)],
+    )
+    check(
+        "complete_and_lease_from with nothing left",
+        lane.do(lane.complete_and_lease_from, hi, top[1], [hi, lo], 30),
+        (False, None),
+    )
+    check(
+        "lease_from with nothing queued", lane.do(lane.lease_from, [hi, lo], 30, block=False), None
+    )
+    check("add to the high queue", lane.do(hi.add_item, Item(b"h2", id="h2")), True)
+    check(
+        "lease_from at most once",
+        lane.do(lane.lease_from, [hi, lo], 30, block=False, at_most_once=True),
+        lambda r: r[0] is hi and ids([r[1]]) == [("h2", 1)],
+        keys=lambda s: b"hi:item:h2" not in s,
+    )
+    check.raises(
+        "lease for a negative time", InvalidArgumentError, lambda: lane.do(q.lease, -1, block=False)
+    )
+    check.raises(
+        "lease_from no queues", InvalidArgumentError, lambda: lane.do(lane.lease_from, [], 30)
+    )
+
+
+# Blocking leases --------------------------------------------------------------------------------
+
+
+def blocking(lane: Lane, check: Check) -> None:
+    q = lane.queue("blocks")
+    check("add", lane.do(q.add_item, Item(b"ready", id="ready")), True)
+    check(
+        "blocking lease of a queued item",
+        lane.do(q.lease, 30, timeout=5),
+        Item(b"ready", id="ready"),
+    )
+    started = time.monotonic()
+    check("blocking lease that times out", lane.do(q.lease, 30, timeout=0.3), None)
+    check("it waited", time.monotonic() - started, lambda waited: waited >= 0.29)
+    adder = lane.later(0.2, q.add_item, Item(b"woken", id="woken"))
+    check(
+        "blocking lease woken by an add",
+        lane.do(q.lease, 30, timeout=10),
+        Item(b"woken", id="woken"),
+    )
+    check("the add that woke it", adder.result(), True)
+    adder = lane.later(0.2, q.add_items, [Item(b"m1", id="m1"), Item(b"m2", id="m2")])
+    check(
+        "blocking lease_many woken by add_items",
+        lane.do(q.lease_many, 30, 5, timeout=10),
+        lambda r: ids(r) == [("m1", 1), ("m2", 1)],
+    )
+    check("the add_items that woke it", adder.result(), [True, True])
+    adder = lane.later(0.2, q.add_item, Item(b"once", id="once"))
+    check(
+        "blocking lease at most once",
+        lane.do(q.lease, 30, timeout=10, at_most_once=True),
+        lambda r: ids([r]) == [("once", 1)],
+        keys=lambda s: b"blocks:item:once" not in s,
+    )
+    adder.result()
+    hi, lo = lane.queue("bhi"), lane.queue("blo")
+    adder = lane.later(0.2, lo.add_item, Item(b"low", id="low"))
+    check(
+        "blocking lease_from woken by its second queue",
+        lane.do(lane.lease_from, [hi, lo], 30, timeout=10),
+        lambda r: r[0] is lo and ids([r[1]]) == [("low", 1)],
+    )
+    adder.result()
+    adder = lane.later(0.2, hi.add_item, Item(b"high", id="high"))
+    check(
+        "blocking lease_from woken by its first queue",
+        lane.do(lane.lease_from, [hi, lo], 30, timeout=10),
+        lambda r: r[0] is hi and ids([r[1]]) == [("high", 1)],
+    )
+    adder.result()
+    check(
+        "blocking lease_from that times out",
+        lane.do(lane.lease_from, [hi, lo], 30, timeout=0.3),
+        None,
+    )
+    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=0.6), True)
+    started = time.monotonic()
+    check("the delayed item is not leased early", lane.do(q.lease, 30, block=False), None)
+    check(
+        "blocking lease of the delayed item when it falls due",
+        lane.do(q.lease, 30, timeout=10),
+        Item(b"due", id="due"),
+    )
+    check("it waited for the due time", time.monotonic() - started, lambda waited: waited >= 0.5)
+
+
+# Delays, times to live, expired leases, dead letters, cleans -------------------------------------
+
+
+def timing(lane: Lane, check: Check) -> None:
+    q = lane.queue("timers")
+    check("add with a short ttl", lane.do(q.add_item, Item(b"brief", id="brief"), ttl=0.2), True)
+    check("add", lane.do(q.add_item, Item(b"stays", id="stays")), True)
+    nap(0.35)
+    check(
+        "an item past its ttl is never leased",
+        lane.do(q.lease, 0.2, block=False),
+        lambda r: ids([r]) == [("stays", 1)],
+        keys=lambda s: not any(b"brief" in key for key in s),
+    )
+    nap(0.35)
+    check(
+        "stats with an expired lease",
+        lane.do(q.stats),
+        QueueStats(queued=0, leased=0, expired=1, delayed=0, dead=0),
+    )
+    check(
+        "pending with an expired lease",
+        lane.do(q.pending),
+        lambda r: [p.expired for p in r] == [True],
+    )
+    check(
+        "light_clean requeues the expired lease",
+        lane.do(q.light_clean),
+        CleanReport(examined=1, requeued=1),
+    )
+    again = check(
+        "lease again", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("stays", 2)]
+    )
+    check("release with a delay", lane.do(q.release, again, delay=0.6, reason="later"), True)
+    check("not leased before its delay", lane.do(q.lease, 30, block=False), None)
+    check("stats with a delayed retry", lane.do(q.stats), lambda r: (r.queued, r.delayed) == (0, 1))
+    nap(0.7)
+    check(
+        "leased after its delay",
+        lane.do(q.lease, 30, block=False),
+        lambda r: ids([r]) == [("stays", 3)],
+    )
+    check("counts", lane.do(q.counts), QueueCounts(added=2, failed=1, retried=2, expired=1))
+
+
+def dead_letters(lane: Lane, check: Check) -> None:
+    q = lane.queue("deaths", max_deliveries=2)
+    check("add", lane.do(q.add_item, Item(b"x", id="x")), True)
+    x = lane.do(q.lease, 30, block=False)
+    check(
+        "release on the first delivery",
+        lane.do(q.release_outcome, x, reason="one"),
+        Released.REQUEUED,
+    )
+    x = check(
+        "lease the second time", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("x", 2)]
+    )
+    check(
+        "release on the last delivery", lane.do(q.release_outcome, x, reason="two"), Released.BURIED
+    )
+    check("release_outcome of a buried item", lane.do(q.release_outcome, x), Released.NOT_HELD)
+    check("dead_count", lane.do(q.dead_count), 1)
+    check(
+        "dead_letters",
+        lane.do(q.dead_letters),
+        lambda r: (
+            [(d.id, d.data, d.deliveries, d.reason) for d in r] == [("x", b"x", 2, "two")]
+            and r[0].item() == Item(b"x", id="x")
+            and abs(r[0].died_at - time.time()) < 60
+        ),
+    )
+    done: list[int] = []
+    check("requeue_dead", lane.do(q.requeue_dead, None, done.append), 1)
+    check("its progress", done, [1])
+    check("dead_count after the requeue", lane.do(q.dead_count), 0)
+    x = check(
+        "lease a requeued item", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("x", 1)]
+    )
+    lane.do(q.release, x)
+    x = check(
+        "lease it again", lane.do(q.lease, 0.2, block=False), lambda r: ids([r]) == [("x", 2)]
+    )
+    nap(0.35)
+    check(
+        "light_clean buries an expired last delivery",
+        lane.do(q.light_clean),
+        CleanReport(examined=1, dead=1),
+    )
+    check(
+        "the expired lease's dead letter",
+        lane.do(q.dead_letters, 0, 10),
+        lambda r: [(d.id, d.reason) for d in r] == [("x", "lease expired")],
+    )
+    check("requeue_dead by id", lane.do(q.requeue_dead, ["x", "unknown"]), 1)
+    x = lane.do(q.lease, 30, block=False)
+    lane.do(q.release, x)
+    x = lane.do(q.lease, 30, block=False)
+    check("buried again", lane.do(q.release_outcome, x, reason="three"), Released.BURIED)
+    check("purge_dead by id", lane.do(q.purge_dead, ["x"]), 1)
+    check("purge_dead of nothing", lane.do(q.purge_dead), 0)
+    check(
+        "counts",
+        lane.do(q.counts),
+        QueueCounts(added=1, failed=5, retried=3, dead=3, expired=1, requeued=2),
+    )
+
+
+def cleaning(lane: Lane, check: Check) -> None:
+    q = lane.queue("cleans")
+    check("add", lane.do(q.add_items, [Item(b"a", id="a"), Item(b"b", id="b")]), [True, True])
+    # Traces another client (or a worker killed half-way) may leave, written as they would be:
+    lane.admin.set("cleans:item:lost", b"in neither list")
+    lane.admin.set("cleans:item:orphan", b"on the processing list without a lease")
+    lane.admin.lpush("cleans:processing", "orphan", "gone")
+    check(
+        "light_clean: an entry without a lease, an entry without an item",
+        lane.do(q.light_clean),
+        CleanReport(examined=2, requeued=1, dropped=1),
+    )
+    check("stats", lane.do(q.stats), QueueStats(queued=3, leased=0, expired=0, delayed=0, dead=0))
+    seen: list[Any] = []
+    check(
+        "deep_clean finds the item in neither list",
+        lane.do(q.deep_clean, seen.append),
+        lambda r: (r.requeued, r.dropped, r.dead) == (1, 0, 0) and r.examined == 4,
+    )
+    check("its progress ends done", [p.phase for p in seen[-1:]], ["done"])
+    check(
+        "peek",
+        lane.do(q.peek, 0, 10),
+        lambda r: sorted(i.id for i in r) == ["a", "b", "lost", "orphan"],
+    )
+    check("deep_clean again finds nothing", lane.do(q.deep_clean), lambda r: r.requeued == 0)
+
+
+def flushing(lane: Lane, check: Check) -> None:
+    star, other = lane.queue("fl*"), lane.queue("fla")
+    check("add", lane.do(star.add_items, [Item(b"1", id="1"), Item(b"2", id="2")]), [True, True])
+    check("add to the other queue", lane.do(other.add_item, Item(b"3", id="3")), True)
+    one = lane.do(star.lease, 30, block=False)
+    check("release", lane.do(star.release, one, reason="why"), True)
+    done: list[int] = []
+    check(
+        "flush",
+        lane.do(star.flush, done.append),
+        lambda r: isinstance(r, FlushReport) and r.items == 2 and r.keys >= 5,
+        keys=lambda s: sorted(s) == [b"fla:counts", b"fla:item:3", b"fla:queue"],
+    )
+    check("its progress", done[-1:], lambda r: r and r[0] >= 5)
+    check("nothing left to flush", lane.do(star.flush), FlushReport(keys=0, items=0))
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "adding": adding,
+    "leasing": leasing,
+    "blocking": blocking,
+    "timing": timing,
+    "dead_letters": dead_letters,
+    "cleaning": cleaning,
+    "flushing": flushing,
+}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_gives_the_same_replies_and_keys_on_every_path(
+    redis_server: Proc, loop: Loop, routes: ScriptRoutes, name: str, flavour: str
+) -> None:
+    with closing(make_lanes(redis_server, FLAVOURS[flavour], loop)) as lanes:
+        assert [lane.name for lane in lanes][:2] == ["sync/public", "sync/auto"]
+        records = run_lanes(lanes, SCENARIOS[name])
+        assert records[0], "the scenario recorded nothing"
+        routes.check(lanes)
+
+
+def public_methods(cls: type) -> set[str]:
+    return {
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, name))
+    }
+
+
+def test_every_public_operation_is_in_a_scenario() -> None:
+    """A method or function added to the public API fails here until a conformance test
+    calls it."""
+    here = Path(__file__).resolve().parent
+    source = "\n".join(p.read_text("utf-8") for p in sorted(here.glob("*.py")))
+    # Imports name a function without calling it.
+    source = re.sub(r"^(from|import) [^(\n]*(\([^)]*\))?", "", source, flags=re.MULTILINE)
+    methods = public_methods(WorkQueue) | public_methods(AsyncWorkQueue)
+    functions = {
+        name
+        for name in redis_work_queue.__all__
+        if inspect.isfunction(getattr(redis_work_queue, name))
+    }
+    assert {"add_item", "lease", "flush"} <= methods
+    assert {"lease_from", "alease_from", "live_workers"} <= functions
+    missing = [name for name in sorted(methods) if not re.search(rf"\.{name}\b", source)]
+    missing += [name for name in sorted(functions) if not re.search(rf"\b{name}\b", source)]
+    assert not missing, f"public operations no conformance test calls: {missing}"
