@@ -178,3 +178,15 @@ def test_peek_of_a_large_item_on_the_lean_path_then_another_call(
         await db.aclose()
 
     asyncio.run(main())
+
+
+def test_the_lean_path_is_tested_on_every_release_it_takes() -> None:
+    """The releases the lean path takes are those the conformance job runs, no more."""
+    source = (pathlib.Path(__file__).parents[1] / "conformance" / "run.py").read_text("utf-8")
+    tree = ast.parse(source)
+    (versions,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "VERSIONS"
+    ]
+    assert set(lean.TESTED_VERSIONS) <= set(versions)

@@ -81,7 +81,9 @@ from .senders import Sender, name_args
 
 #: Where a client keeps its decision: ``(pool, lean)``.
 #: The redis-py releases the lean path was tested with (the conformance job runs each).
-TESTED_VERSIONS = frozenset({"8.0.0", "8.1.0"})
+TESTED_VERSIONS = frozenset(
+    {"5.0.0", "5.3.1", "6.0.0", "6.4.0", "7.0.0", "7.4.1", "8.0.0", "8.1.0"}
+)
 
 _SYNC_POOLS = frozenset({ConnectionPool, BlockingConnectionPool, SentinelConnectionPool})
 _SYNC_CONNECTIONS = frozenset(
