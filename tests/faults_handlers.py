@@ -21,8 +21,9 @@ from typing import Any
 
 import redis
 
-from redis_work_queue import Item, queue_base
+from redis_work_queue import Item
 from redis_work_queue.ops import QueueOps
+from redis_work_queue.ops import lease as lease_ops
 from redis_work_queue.ops.lease import LeaseRequest
 
 RESULTS_ENV = "RWQ_FAULTS_RESULTS"
@@ -76,7 +77,7 @@ def install() -> None:
             return
         _originals["complete_one"] = one = QueueOps.complete_one
         _originals["complete"] = many = QueueOps.complete
-        _originals["complete_and_lease"] = chained = queue_base.complete_and_lease
+        _originals["complete_and_lease"] = chained = lease_ops.complete_and_lease
 
     def complete_one(
         self: QueueOps, item: Item, replicas: int | None = None
@@ -106,7 +107,7 @@ def install() -> None:
 
     QueueOps.complete_one = complete_one  # type: ignore[method-assign]
     QueueOps.complete = complete  # type: ignore[method-assign]
-    queue_base.complete_and_lease = complete_and_lease  # type: ignore[assignment]
+    lease_ops.complete_and_lease = complete_and_lease  # type: ignore[assignment]
 
 
 def uninstall() -> None:
@@ -116,7 +117,7 @@ def uninstall() -> None:
             return
         QueueOps.complete_one = _originals.pop("complete_one")  # type: ignore[method-assign]
         QueueOps.complete = _originals.pop("complete")  # type: ignore[method-assign]
-        queue_base.complete_and_lease = _originals.pop("complete_and_lease")
+        lease_ops.complete_and_lease = _originals.pop("complete_and_lease")
 
 
 if os.environ.get(RECORD_DONE_ENV) and os.environ.get(RESULTS_ENV):

@@ -1,11 +1,11 @@
 """AsyncWorker: the worker runner for asyncio handlers.
 
 It behaves as :class:`redis_work_queue.worker.Worker` (the logic is shared: see
-:mod:`redis_work_queue.runner`): lease over the queues in priority order, call the handler,
-complete on return, release with exponential backoff on an exception, renew the leases of
-running handlers, wait out Redis outages with capped backoff, time out handlers (the task is
-cancelled), beat, self-clean, and stop cleanly on SIGTERM/SIGINT (a second signal releases what
-is still held). Concurrency is a number of tasks on one event loop.
+:mod:`redis_work_queue.runner`; this module starts its tasks): lease over the queues in priority
+order, call the handler, complete on return, release with exponential backoff on an exception,
+renew the leases of running handlers, wait out Redis outages with capped backoff, time out
+handlers (the task is cancelled), beat, self-clean, and stop cleanly on SIGTERM/SIGINT (a second
+signal releases what is still held). Concurrency is a number of tasks on one event loop.
 """
 
 from __future__ import annotations
@@ -23,21 +23,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from . import server
-from .aio import AsyncWorkQueue, complete_and_lease_from, lease_from
+from .aio import AsyncWorkQueue
 from .errors import WorkerFailedError
 from .item import Item
-from .runner import (
-    JOIN_SECS,
-    CleanSecs,
-    Core,
-    Job,
-    WorkerStats,
-    adrive,
-    backoff_delay,
-    check_options,
-    check_pool,
-    socket_timeout_for,
-)
+from .runner.core import JOIN_SECS, Core, Job, WorkerStats
+from .runner.drivers import arun_loop
+from .runner.options import CleanSecs, check_options, check_pool, socket_timeout_for
+from .runner.retry import backoff_delay
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +167,6 @@ class AsyncWorker:
         core = Core(
             self.options,
             self.queues,
-            lease_from,
-            complete_and_lease=complete_and_lease_from,
             describe=" (its task is cancelled; a new task takes its slot)",
         )
         self._core = core
@@ -190,7 +180,7 @@ class AsyncWorker:
 
         def start(slot: int) -> None:
             tasks[slot] = asyncio.create_task(
-                adrive(core, core.job_loop(slot), self.db, self.handler, replace),
+                arun_loop(core, core.job_loop(slot), self.db, self.handler, replace),
                 name=f"rwq-worker-{slot}",
             )
 
@@ -204,36 +194,35 @@ class AsyncWorker:
 
         side = [
             asyncio.create_task(
-                adrive(core, core.watchdog(), self.db, self.handler, replace), name="rwq-watchdog"
-            ),
-            asyncio.create_task(
-                adrive(core, core.housekeeping(), self.db, self.handler, replace),
-                name="rwq-housekeeping",
-            ),
+                arun_loop(core, loop, self.db, self.handler, replace), name=f"rwq-{name}"
+            )
+            for name, loop in (("watchdog", core.watchdog()), ("housekeeping", core.housekeeping()))
         ]
         for slot in range(self.concurrency):
             start(slot)
+        aborted = asyncio.create_task(core.abort_flag.wait_async(None), name="rwq-abort")
         try:
             while True:
                 current = list(tasks.values())
                 if all(task.done() for task in current):
                     break
-                if core.abort_flag.is_set():
+                if aborted.done():
                     for task in current:
                         task.cancel()
                     await asyncio.gather(*current, return_exceptions=True)
-                    await adrive(
+                    await arun_loop(
                         core, core.release_all("worker aborted"), self.db, self.handler, replace
                     )
                     break
-                await asyncio.wait(current, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([*current, aborted], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            aborted.cancel()
             core.finished.set()
             try:
                 await asyncio.wait_for(
                     asyncio.gather(*side, return_exceptions=True), timeout=JOIN_SECS
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
                 for task in side:
                     task.cancel()
             for sig in installed:
