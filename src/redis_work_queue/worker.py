@@ -39,13 +39,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import server
-from .errors import InvalidArgumentError, WorkerFailedError
+from .errors import InvalidArgumentError
 from .item import Item
 from .runner.core import JOIN_SECS, Core, Job, Listener, WorkerStats
 from .runner.drivers import run_loop
 from .runner.options import CleanSecs, Options, check_options, check_pool, socket_timeout_for
 from .runner.processes import CHILD_ABORT, ChildConfig, Pool
 from .runner.retry import backoff_delay
+from .runner.shell import Shell
 from .workqueue import WorkQueue
 
 __all__ = [
@@ -100,7 +101,7 @@ def _warn_if_evicting(db: Any) -> None:
         logger.debug("could not read the eviction policy: %s", err)
 
 
-class Worker:
+class Worker(Shell):
     """Runs ``handler`` over items leased from ``queues`` (highest priority first).
 
     While Redis is unavailable the worker waits and reconnects (capped exponential backoff,
@@ -115,8 +116,11 @@ class Worker:
             timeout of ``max(5, 2 * poll_secs + 2)`` s (a hung server is noticed within it) and
             no retries of its own (the worker retries).
         queues: The queues to work on, highest priority first.
-        handler: Called with each leased item; a return completes it, an exception releases it
-            for a retry. In process mode it must be importable (a module-level function).
+        handler: Called with each leased item; a return completes it, an exception (any
+            ``BaseException``: ``SystemExit`` and ``KeyboardInterrupt`` too) releases it for a
+            retry, and the worker goes on. In process mode it must be importable (a
+            module-level function); a worker process that dies fails its item the same way. An
+            ``async def`` handler is refused (it would never run): use ``AsyncWorker``.
         lease_secs: Lease length; renewed every third of it while the handler runs.
         concurrency: How many handlers run at once.
         processes: Run the handlers in worker processes instead of threads.
@@ -142,8 +146,11 @@ class Worker:
             checks its age.
 
     Raises:
-        InvalidArgumentError: An argument is out of range (before anything starts).
+        InvalidArgumentError: An argument is out of range, or the handler is asynchronous
+            (before anything starts).
     """
+
+    _log = logger
 
     def __init__(
         self,
@@ -182,47 +189,15 @@ class Worker:
             raise InvalidArgumentError("redis_url must be a URL or a Redis client")
         if not isinstance(redis_url, str):
             check_pool(redis_url, concurrency)
+        self._take(self.options)
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
-        self.lease_secs = self.options.lease_secs
-        self.concurrency = concurrency
         self.processes = processes
-        self.backoff = self.options.backoff
-        self.max_backoff = self.options.max_backoff
-        self.poll_secs = self.options.poll_secs
-        self.timeout = self.options.timeout
-        self.worker_id = ""
-        self._stop = threading.Event()
-        self._abort = threading.Event()
-        self._signals = 0
-        self._core: Core | None = None
         self._listener: Listener | None = None
 
-    # Control ----------------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Ask the worker to stop: lease nothing more, finish what is running."""
-        self._stop.set()
-        if self._core is not None:
-            self._core.stop_flag.set()
-
-    def abort(self) -> None:
-        """Stop at once: release what is held (the handlers still running are abandoned)."""
-        self._stop.set()
-        self._abort.set()
-        if self._core is not None:
-            self._core.stop_flag.set()
-            self._core.abort_flag.set()
-
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            logger.info("%s: finishing running jobs, leasing no more", signal.Signals(signum).name)
-            self.stop()
-        else:
-            logger.warning("%s again: releasing held items", signal.Signals(signum).name)
-            self.abort()
+        self._signalled(signum)
 
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
@@ -248,30 +223,12 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-        totals = core.totals()
-        if isinstance(core.fatal, WorkerFailedError):  # reported by a worker process
-            raise core.fatal
-        if core.fatal is not None:
-            raise WorkerFailedError(
-                f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
-            ) from core.fatal
-        logger.info("worker stopped: %s", totals)
-        return totals
-
-    def retry_delay(self, deliveries: int) -> float:
-        """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
-        return backoff_delay(self.backoff, self.max_backoff, deliveries)
+        return self._result(core)
 
     def _new_core(self, renews: bool, describe: str) -> Core:
         core = Core(self.options, self.queues, renews=renews, describe=describe)
         core.listener = self._listener
-        self.worker_id = core.worker_id
-        if self._stop.is_set():
-            core.stop_flag.set()
-        if self._abort.is_set():
-            core.abort_flag.set()
-        self._core = core
-        return core
+        return self._adopt(core)
 
     def _connect(self) -> redis.Redis:
         if isinstance(self.redis_url, str):

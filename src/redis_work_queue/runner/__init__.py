@@ -12,7 +12,8 @@ Everything a worker decides is written once here, one module per concern:
 - :mod:`.drivers`: how a loop runs, in a thread or as an asyncio task (the package's one pair
   of drivers, :func:`~redis_work_queue.calls.drive` and ``adrive``, each with its perform
   function);
-- :mod:`.processes`: the process pool and the messages of its children.
+- :mod:`.processes`: the process pool and the messages of its children;
+- :mod:`.shell`: what both runners share around their core (stop, abort, signals, the result).
 
 The runners in :mod:`redis_work_queue.worker` and :mod:`redis_work_queue.aioworker` only start
 threads, processes or tasks around a :class:`Core`.

@@ -80,7 +80,9 @@ class Flag:
 class Handle:
     """Call the handler with the item; the reply is None when it returned, else what it raised.
 
-    The handler's exception is its item's failure, handed back as a value: the loop goes on.
+    Whatever the handler raises (``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit``
+    included) is its item's failure, handed back as a value: the loop goes on. Only a
+    cancellation of the runner's own asyncio task ends a loop here.
     """
 
     item: Item

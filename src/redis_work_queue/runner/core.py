@@ -87,41 +87,68 @@ class WorkerStats:
 _RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` UTF-8 bytes (from the end)."""
-    raw = text.encode("utf-8", "surrogateescape")
+    raw = text.encode("utf-8")
     if len(raw) <= limit:
         return text
     return raw[: max(limit - 3, 0)].decode("utf-8", "ignore") + "..."
 
 
+def _message(err: BaseException) -> str | None:
+    """The exception's text; its ``repr`` when its ``__str__`` fails; None when both do."""
+    for show in (str, repr):
+        try:
+            return _printable(show(err))
+        except Exception:  # a broken __str__ or __repr__ of the handler's exception
+            continue
+    return None
+
+
 def failure_reason(err: BaseException, limit: int = REASON_MAX_BYTES) -> str:
     """The failure reason kept with an item: type, message, then a bounded traceback.
 
-    The first line is ``Type: message`` (the message cut to ``MESSAGE_MAX_BYTES``); the
-    traceback of the handler's frames follows, ending with the exception line. When the whole
-    does not fit in ``limit`` bytes, the outermost frames are cut (replaced by a line ``  ...``)
-    so that the innermost frames, where the error was raised, are kept.
+    The first line is ``Type: message`` (the message cut to ``MESSAGE_MAX_BYTES``; ``Type``
+    alone when there is none): the exception's text, else its ``repr`` when its ``__str__``
+    raises, else its type alone. The traceback of the handler's frames follows, ending with the
+    exception line. When the whole does not fit in ``limit`` bytes, the outermost frames are cut
+    (replaced by a line ``  ...``) so that the innermost frames, where the error was raised, are
+    kept. Text UTF-8 cannot encode (a lone surrogate) is written as a backslash escape: any
+    exception makes a reason that can be stored.
     """
-    head = _clip(f"{type(err).__name__}: {err}", MESSAGE_MAX_BYTES)
+    name = type(err).__name__
+    message = _message(err)
+    head = _clip(f"{name}: {message}" if message else name, MESSAGE_MAX_BYTES)
+    try:
+        return _with_traceback(head, err, limit)
+    except Exception:  # a traceback that cannot be formatted: the first line stands alone
+        return head
+
+
+def _with_traceback(head: str, err: BaseException, limit: int) -> str:
     tb = err.__traceback__
     while tb is not None and os.path.dirname(tb.tb_frame.f_code.co_filename) == _RUNNER_DIR:
         tb = tb.tb_next
     if tb is None:
         return head
     found = traceback.TracebackException(type(err), err, tb)
-    last = _clip("".join(found.format_exception_only()).rstrip("\n"), MESSAGE_MAX_BYTES)
+    last = _clip(_printable("".join(found.format_exception_only()).rstrip("\n")), MESSAGE_MAX_BYTES)
     first = "Traceback (most recent call last):\n"
-    frames = list(found.stack.format())
+    frames = [_printable(frame) for frame in found.stack.format()]
     whole = head + "\n" + first + "".join(frames) + last
-    if len(whole.encode("utf-8", "surrogateescape")) <= limit:
+    if len(whole.encode("utf-8")) <= limit:
         return whole
     marker = "  ...\n"
     fixed = head + "\n" + first + marker + last
-    budget = limit - len(fixed.encode("utf-8", "surrogateescape"))
+    budget = limit - len(fixed.encode("utf-8"))
     kept: list[str] = []
     for frame in reversed(frames):
-        size = len(frame.encode("utf-8", "surrogateescape"))
+        size = len(frame.encode("utf-8"))
         if size > budget:
             break
         kept.append(frame)
@@ -132,7 +159,7 @@ def failure_reason(err: BaseException, limit: int = REASON_MAX_BYTES) -> str:
 
 # Held jobs --------------------------------------------------------------------------------------
 
-RUNNING, DONE, LOST, TIMED_OUT = "running", "done", "lost", "timed out"
+RUNNING, DONE, LOST, TIMED_OUT, ENDED = "running", "done", "lost", "timed out", "ended"
 
 
 @dataclass(eq=False)
@@ -162,6 +189,8 @@ class Held:
         self.jobs: dict[int, Job] = {}
         #: Timed-out jobs whose handler is still running (a thread cannot be killed).
         self.abandoned: set[Job] = set()
+        #: Jobs whose handler is gone without an outcome, to be failed (see :meth:`end`).
+        self.ended: list[tuple[Job, str]] = []
 
     def hold(self, job: Job) -> None:
         """Hold ``job`` in its slot: renewed, and timed out past its deadline."""
@@ -196,12 +225,35 @@ class Held:
         with self._lock:
             self.abandoned.discard(job)
 
-    def lose(self, job: Job) -> None:
-        """The lease was lost: stop renewing, and do not count a completion."""
+    def lose(self, job: Job) -> bool:
+        """A renewal found the lease gone: stop renewing it.
+
+        Returns:
+            True when the handler was still running (the lease is lost: its completion will not
+            be counted); False when it had returned (its outcome is being written, or is: the
+            renewal came late, and nothing is lost).
+        """
         with self._lock:
-            if job.state in (RUNNING, DONE):
-                job.state = LOST
             self._drop(job)
+            if job.state != RUNNING:
+                return False
+            job.state = LOST
+            return True
+
+    def end(self, job: Job, reason: str) -> None:
+        """The job's handler is gone without an outcome (its process died): fail it."""
+        with self._lock:
+            if job.state != RUNNING:
+                return
+            job.state = ENDED
+            self._drop(job)
+            self.ended.append((job, reason))
+
+    def take_ended(self) -> list[tuple[Job, str]]:
+        """The jobs ended without an outcome since the last call, with their reasons."""
+        with self._lock:
+            ended, self.ended = self.ended, []
+            return ended
 
     def due(self, now: float, every: float) -> list[Job]:
         """Jobs whose lease was last renewed ``every`` seconds ago or more."""
@@ -235,8 +287,9 @@ class Held:
     def take_all(self) -> list[Job]:
         """Stop holding every job and return them (to release them)."""
         with self._lock:
-            jobs = list(self.jobs.values())
+            jobs = [*self.jobs.values(), *(job for job, _ in self.ended)]
             self.jobs.clear()
+            self.ended.clear()
             return jobs
 
 
@@ -434,15 +487,15 @@ class Core:
             if raised is None:
                 return (yield from self._settle_success(job, lost=state == LOST))
             self.count(failed=1)
+            reason = failure_reason(raised)
             if state == LOST:
                 logger.warning(
-                    "%s failed after losing its lease (not released): %s: %s",
+                    "%s failed after losing its lease (not released): %s",
                     self._name(job),
-                    type(raised).__name__,
-                    raised,
+                    reason.partition("\n")[0],
                 )
             else:
-                yield from self.settle_failure(job, failure_reason(raised), raised)
+                yield from self.settle_failure(job, reason, raised)
             return True
         finally:
             self.held.drop(job)
@@ -490,6 +543,12 @@ class Core:
             logger.info(
                 "completed %s: the retried completion found it done (the first try's reply "
                 "was lost)",
+                self._name(job),
+            )
+        elif done:
+            self.count(lost=1)
+            logger.warning(
+                "completed %s after losing its lease (another worker may have run it too)",
                 self._name(job),
             )
         else:
@@ -564,13 +623,18 @@ class Core:
     # The watchdog -------------------------------------------------------------------------------
 
     def watchdog(self) -> Loop[None]:
-        """Renew held leases every third of the lease time; time out handlers past ``timeout``."""
+        """Renew held leases every third of the lease time; time out handlers past ``timeout``.
+
+        It also fails the jobs whose handler is gone without an outcome (their process died).
+        """
         every = self.options.lease_secs / 3
         tick = min(every, WATCH_TICK_SECS)
         while not self.finished.is_set():
             yield Pause(tick, self.finished)
             if self.abort_flag.is_set():  # held items are being released
                 continue
+            for job, reason in self.held.take_ended():
+                yield from self._fail_held(job, reason)
             if self.options.timeout is not None:
                 for job in self.held.time_out(time.monotonic()):
                     yield from self._time_out(job)
@@ -578,6 +642,9 @@ class Core:
                 continue
             for job in self.held.due(time.monotonic(), every):
                 yield from self._renew(job)
+        if not self.abort_flag.is_set():  # a process that died as the worker ended
+            for job, reason in self.held.take_ended():
+                yield from self._fail_held(job, reason)
 
     def _renew(self, job: Job) -> Loop[None]:
         asked = time.monotonic()
@@ -587,9 +654,10 @@ class Core:
             return  # the next tick tries again
         if tried.value:
             job.renewed = asked
-        else:
+        elif self.held.lose(job):
             logger.warning("lost the lease on %s", self._name(job))
-            self.held.lose(job)
+        else:  # it reached Redis after the completion or release (a slow or paused server)
+            logger.debug("the renewal of %s came after its handler returned", self._name(job))
 
     def _time_out(self, job: Job) -> Loop[None]:
         assert self.options.timeout is not None
@@ -600,9 +668,14 @@ class Core:
             self.describe,
         )
         yield Replace(job)
-        self.count(failed=1, timed_out=1)
-        self.durations.observe(job.queue.name.prefix, time.monotonic() - job.started, "failed")
+        self.count(timed_out=1)
         reason = f"timeout: the handler ran longer than {self.options.timeout:g} s"
+        yield from self._fail_held(job, reason)
+
+    def _fail_held(self, job: Job, reason: str) -> Loop[None]:
+        """A held job whose handler is gone (timed out, or its process died): a failure."""
+        self.count(failed=1)
+        self.durations.observe(job.queue.name.prefix, time.monotonic() - job.started, "failed")
         yield from self.settle_failure(job, reason, None)
 
     # Housekeeping -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Sequence
@@ -69,6 +70,40 @@ def _at_least(name: str, value: float, given: object, least: float, example: str
     return value
 
 
+def _asynchronous(handler: object) -> bool:
+    """Whether calling ``handler`` only makes a coroutine or an async generator."""
+
+    def makes_one(function: object) -> bool:
+        return inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+
+    if makes_one(handler):
+        return True
+    # An object with an ``async def __call__``.
+    return not inspect.isroutine(handler) and makes_one(type(handler).__call__)
+
+
+def check_handler(handler: object, asynchronous: bool) -> None:
+    """Check a handler for the runner that will call it.
+
+    A synchronous runner (threads, processes) calls the handler and takes its return for
+    success: an ``async def`` function (or an object with an ``async def __call__``) would only
+    make a coroutine and never run, so it is refused. The asyncio runner takes any callable; a
+    call that returns no awaitable is a failure of that item.
+
+    Raises:
+        InvalidArgumentError: The handler is not callable, or is asynchronous for a synchronous
+            runner.
+    """
+    if not callable(handler):
+        raise InvalidArgumentError("the handler must be callable")
+    if not asynchronous and _asynchronous(handler):
+        name = getattr(handler, "__qualname__", type(handler).__name__)
+        raise InvalidArgumentError(
+            f"the handler {name} is asynchronous (async def): Worker would call it without "
+            "awaiting it, so it would never run; run it with AsyncWorker, or pass a plain function"
+        )
+
+
 def check_options(
     queues: Sequence[object],
     kind: type,
@@ -82,10 +117,13 @@ def check_options(
     clean_secs: CleanSecs = None,
     heartbeat_secs: float | None = None,
     health_file: str | os.PathLike[str] | None = None,
+    *,
+    asynchronous: bool = False,
 ) -> Options:
     """Validate the options every worker runner takes, before anything starts.
 
-    ``clean_secs="auto"`` stands for the lease time (at least one second).
+    ``clean_secs="auto"`` stands for the lease time (at least one second). ``asynchronous``
+    says which runner calls the handler (see :func:`check_handler`).
 
     Returns:
         The options, as floats.
@@ -95,8 +133,7 @@ def check_options(
     """
     if not queues or not all(isinstance(q, kind) for q in queues):
         raise InvalidArgumentError(f"a worker needs one or more {kind.__name__}")
-    if not callable(handler):
-        raise InvalidArgumentError("the handler must be callable")
+    check_handler(handler, asynchronous)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise InvalidArgumentError(
             f"concurrency must be a positive int, got {concurrency!r}: pass e.g. concurrency=4"

@@ -234,8 +234,10 @@ class Pool:
             for slot, child in current.items():
                 child.process.join(timeout=0.05)
                 process = child.process
-                if process.is_alive() or core.stop_flag.is_set() or process.pid in self._handled:
+                if process.is_alive() or process.pid in self._handled:
                     continue
+                if core.stop_flag.is_set() and process.exitcode == 0:
+                    continue  # stopped as told
                 with self._lock:
                     still = self._children.get(slot) is child
                 if still:
@@ -248,25 +250,42 @@ class Pool:
             time.sleep(0.02)
 
     def _ended(self, child: _Child) -> None:
-        """A child ended while the worker runs: a fatal error stops it, else start another."""
+        """A child ended unbidden: its job (if any) fails, and another child takes its slot.
+
+        A child that ends with exit code 1 holding no job stopped on a fatal error (its message
+        says which) or could not start: the worker stops, rather than start it again and again.
+        """
         core = self.core
         process = child.process
-        if process.exitcode == 1:
-            # It stopped on a fatal error: its message is on its way.
-            child.drained.wait(0.5)
-            if core.fatal is None:
-                core.fail(WorkerFailedError("a worker process failed (exit code 1)"))
+        child.drained.wait(LAST_WORDS_SECS)  # its last messages are read
+        if core.fatal is not None:
+            return  # it reported a fatal error: the worker stops
+        job = core.held.current(child.slot)
+        if job is None and process.exitcode == 1:
+            core.fail(WorkerFailedError("a worker process failed (exit code 1)"))
+            return
+        self._handled.add(process.pid)
+        ending = _ending(process.exitcode)
+        if job is not None:  # failed by the watchdog: released with this reason
+            reason = f"crash: the worker process running the handler ended unexpectedly ({ending})"
+            core.held.end(job, reason)
+        if core.stop_flag.is_set():
+            logger.warning("worker process %s ended unexpectedly (%s)", process.pid, ending)
             return
         logger.warning(
-            "worker process %s ended unexpectedly (exit code %s): starting another",
-            process.pid,
-            process.exitcode,
+            "worker process %s ended unexpectedly (%s): starting another", process.pid, ending
         )
-        self._handled.add(process.pid)
-        job = core.held.current(child.slot)
-        if job is not None:  # its lease expires; a light clean requeues it
-            core.held.lose(job)
         self._start(child.slot)
+
+
+def _ending(exitcode: int | None) -> str:
+    """How a process ended: ``exit code 7``, ``killed by SIGKILL``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 # The child --------------------------------------------------------------------------------------
