@@ -1,6 +1,6 @@
 """The worker runtime under real faults: Redis SIGKILLed and restarted from its append-only
 file, connections cut by a proxy at random, a Sentinel failover, a cluster primary SIGKILLed,
-Redis out of memory, and fatal errors.
+Redis out of memory, a paused server, fatal errors, and handlers that misbehave in every way.
 
 Items are numbered; each handler call and each acknowledged completion is recorded, in order,
 on a results server no fault touches (``faults_handlers``). After each fault the workers must
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 import faults_handlers
+import misbehaving_handlers
 from faults import (
     OomServer,
     WorkerCommand,
@@ -37,7 +39,8 @@ from faults import (
     read_events,
     worker_command,
 )
-from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
+from plugins.servers import tools
+from redis_work_queue import AsyncWorkQueue, InvalidArgumentError, Item, KeyPrefix, WorkQueue
 from redis_work_queue.aioworker import AsyncWorker
 from redis_work_queue.worker import Worker
 from servers import (
@@ -49,6 +52,7 @@ from servers import (
     free_port,
     info,
     poll,
+    start_server,
     wait_in_sync,
 )
 
@@ -666,3 +670,187 @@ def test_rwq_worker_exits_3_when_redis_is_unreachable_at_start(
         code = w.wait(STOP_SECS)
     assert code == 3, w.tail()
     one_line_error(w)
+
+
+# Handlers that misbehave --------------------------------------------------------------------------
+
+#: How long one row of the table may take to fail its item and run the next.
+ROW_SECS = 20.0
+#: The failures every runner meets: (what the handler does, the head of the reason kept).
+EVERY_RUNNER = [
+    ("system-exit", "SystemExit: 3"),
+    ("keyboard-interrupt", "KeyboardInterrupt"),
+    ("generator-exit", "GeneratorExit"),
+    ("unencodable", "ValueError: \\ud800 in the message"),
+    ("bad-str", "StrBroken: StrBroken('hidden')"),
+]
+#: (runner, what the handler does, the head of the reason kept); ``rwq`` is the command.
+MISBEHAVING = [
+    *[
+        (runner, how, head)
+        for runner in ("threads", "processes", "asyncio", "rwq", "rwq-processes")
+        for how, head in EVERY_RUNNER
+    ],
+    ("asyncio", "cancelled", "CancelledError"),
+    ("processes", "exit", "crash: the worker process running the handler ended unexpectedly"),
+    ("rwq-processes", "exit", "crash: the worker process running the handler ended unexpectedly"),
+]
+MISBEHAVING_TAG = "misbehaving-record"
+
+
+def ran(db: redis.Redis) -> list[str]:
+    """The ids whose handler was called, once per call."""
+    return [v.decode() for v in db.lrange(f"{MISBEHAVING_TAG}:ran", 0, -1)]
+
+
+def returned(db: redis.Redis) -> list[str]:
+    """The ids whose handler returned."""
+    return [v.decode() for v in db.lrange(f"{MISBEHAVING_TAG}:done", 0, -1)]
+
+
+def misbehaving_worker(runner: str, url: str, name: str) -> tuple[Any, Callable[[], Any]]:
+    """A worker of ``runner`` over queue ``name`` (max_deliveries 1), and what runs it."""
+    options: dict[str, Any] = {"lease_secs": float(LEASE), "poll_secs": 0.2, "backoff": 0.05}
+    if runner == "asyncio":
+        queue = AsyncWorkQueue(KeyPrefix(name), max_deliveries=1)
+        aworker = AsyncWorker(url, [queue], misbehaving_handlers.amisbehave, **options)
+        return aworker, lambda: asyncio.run(aworker.run(signals=()))
+    processes = runner == "processes"
+    queues = [WorkQueue(KeyPrefix(name), max_deliveries=1)]
+    worker = Worker(url, queues, misbehaving_handlers.misbehave, processes=processes, **options)
+    return worker, lambda: worker.run(signals=())
+
+
+@pytest.mark.parametrize(("runner", "how", "head"), MISBEHAVING)
+def test_a_misbehaving_handler_fails_its_item_once_and_the_worker_goes_on(
+    runner: str,
+    how: str,
+    head: str,
+    redis_server_factory: Callable[[], Any],
+    tmp_path: Path,
+) -> None:
+    """Whatever the handler raises, or if its process dies: the item is recorded as failed once
+    (buried with its reason: max_deliveries=1), the worker still runs (it runs the next item),
+    and only what ran is completed."""
+    server = redis_server_factory()
+    db = server.client()
+    name = "misbehaving"
+    queue = WorkQueue(KeyPrefix(name), max_deliveries=1)
+    for item_id, what in (("bad", how), ("after", "ok")):
+        data = misbehaving_handlers.job(server.url, MISBEHAVING_TAG, what)
+        assert queue.add_item(db, Item(data, id=item_id))
+
+    def settled() -> bool:
+        return queue.dead_count(db) == 1 and returned(db) == ["after"]
+
+    if runner.startswith("rwq"):
+        options = ["--max-deliveries", "1", "--lease-secs", LEASE, "--backoff", "0.05"]
+        if runner == "rwq-processes":
+            options.append("--processes")
+        handler = "misbehaving_handlers:misbehave"
+        with worker_command(server.url, None, [name], tmp_path, *options, handler=handler) as w:
+            poll(settled, ROW_SECS, lambda: f"the failure and the next item: {w.tail()}")
+            assert w.alive(), w.tail()
+            code = w.terminate(STOP_SECS)
+        assert code == 0, w.tail()
+        assert "completed 1, failed 1, lost 0" in w.stdout(), w.tail()
+    else:
+        worker, run = misbehaving_worker(runner, server.url, name)
+        with running(run, worker.stop) as out:
+            poll(settled, ROW_SECS, "the failure and the next item")
+            still_running(out)
+        stats = out["stats"]
+        assert (stats.completed, stats.failed, stats.lost) == (1, 1, 0)
+    [dead] = queue.dead_letters(db)
+    assert dead.id == "bad" and dead.reason is not None and dead.reason.startswith(head), dead
+    counts = queue.counts(db)
+    assert (counts.completed, counts.failed, counts.dead) == (1, 1, 1)
+    assert ran(db) == ["bad", "after"]  # each handled once; completed: the one that returned
+
+
+@pytest.mark.parametrize("runner", ["threads", "processes", "rwq"])
+def test_an_async_handler_is_refused_by_the_synchronous_runner(
+    runner: str, redis_server_factory: Callable[[], Any], tmp_path: Path
+) -> None:
+    """It would never run (a call only makes a coroutine): refused before anything starts."""
+    server = redis_server_factory()
+    db = server.client()
+    name = "misbehaving"
+    queue = WorkQueue(KeyPrefix(name))
+    data = misbehaving_handlers.job(server.url, MISBEHAVING_TAG, "ok")
+    assert queue.add_item(db, Item(data, id="never"))
+    if runner == "rwq":
+        handler = "misbehaving_handlers:amisbehave"
+        with worker_command(server.url, None, [name], tmp_path, handler=handler) as w:
+            code = w.wait(STOP_SECS)
+        assert code == 2, w.tail()
+        assert "AsyncWorker" in one_line_error(w)
+    else:
+        with pytest.raises(InvalidArgumentError, match="AsyncWorker"):
+            Worker(
+                server.url,
+                [queue],
+                misbehaving_handlers.amisbehave,
+                processes=runner == "processes",
+            )
+    assert queue.stats(db).queued == 1 and queue.counts(db).completed == 0
+    assert ran(db) == []
+
+
+# A paused server ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def debug_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A redis-server that takes DEBUG SLEEP from a local client."""
+    with tools():
+        proc = start_server(tmp_path_factory.mktemp("debug"), "--enable-debug-command", "local")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_a_paused_server_makes_no_false_lost_leases(
+    kind: str,
+    debug_server: Proc,
+    results: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server sleeps 3 s (DEBUG SLEEP) under running handlers of 1.5 s: their completions
+    and the renewals sent after them wait, and reach it in that order. No lease ran out (6 s,
+    renewed every 2 s): none may be said lost."""
+    caplog.set_level(logging.INFO, logger="redis_work_queue")
+    monkeypatch.setenv(faults_handlers.SLEEP_ENV, "1.5")
+    db = debug_server.client(socket_timeout=10)
+    sleeper = debug_server.client(socket_timeout=10)
+    name = "paused"
+    queue = WorkQueue(KeyPrefix(name))
+    acked = add_numbered(db, queue, "before", 16)
+    options: dict[str, Any] = {"lease_secs": 6.0, "concurrency": 4, "poll_secs": 0.5}
+    worker: Any
+    if kind == "asyncio":
+        aqueues = [AsyncWorkQueue(KeyPrefix(name))]
+        worker = AsyncWorker(debug_server.url, aqueues, faults_handlers.arecord, **options)
+
+        def run() -> Any:
+            return asyncio.run(worker.run(signals=()))
+    else:
+        worker = Worker(debug_server.url, [queue], faults_handlers.record, **options)
+
+        def run() -> Any:
+            return worker.run(signals=())
+
+    with running(run, worker.stop) as out:
+        poll(lambda: len(handled(results)) >= 4, START_SECS, "the worker to get going")
+        for pause in range(2):
+            time.sleep(0.7 + pause)  # handlers in mid-run: they return during the pause
+            sleeper.execute_command("DEBUG", "SLEEP", "3")
+        poll(drained(db, queue, results, acked), DRAIN_SECS, describe(db, queue, results, acked))
+        still_running(out)
+    stats = out["stats"]
+    assert (stats.completed, stats.lost) == (16, 0)
+    check_record(results, acked)
+    assert [r.getMessage() for r in caplog.records if "lost the lease" in r.getMessage()] == []

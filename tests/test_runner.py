@@ -41,6 +41,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.errors import WorkerFailedError
 from redis_work_queue.health import alive_workers, live_workers
+from redis_work_queue.ops import QueueOps
 from redis_work_queue.runner import REASON_MAX_BYTES, Outage, failure_reason
 from redis_work_queue.validation import MAX_SECS
 from runner_handlers import job
@@ -180,25 +181,18 @@ def test_an_item_leased_with_a_completion_as_the_stop_comes_is_given_back(
 
     (Not on the process runner: its children import the runner afresh, out of the patch's
     reach; they run the thread runner's code.)"""
-    from redis_work_queue import aioworker, worker  # noqa: PLC0415
+    from redis_work_queue.ops import lease as lease_ops  # noqa: PLC0415
 
     db = server.client()
-    module: Any = aioworker if kind == "asyncio" else worker
-    real = module.complete_and_lease_from
+    real = lease_ops.complete_and_lease_from
     runs: list[Running] = []
 
-    def stop_now(result: Any) -> Any:
+    def stopping(*args: Any) -> Any:
+        result = yield from real(*args)
         runs[0].worker.stop()
         return result
 
-    if kind == "asyncio":
-
-        async def astopping(*args: Any) -> Any:
-            return stop_now(await real(*args))
-
-        monkeypatch.setattr(module, "complete_and_lease_from", astopping)
-    else:
-        monkeypatch.setattr(module, "complete_and_lease_from", lambda *a: stop_now(real(*a)))
+    monkeypatch.setattr(lease_ops, "complete_and_lease_from", stopping)
     with running(kind, server.url) as run:
         runs.append(run)
         add(db, server.url, ["first", "second"])
@@ -679,24 +673,38 @@ def test_rwq_worker_unreachable_at_start_exits_3() -> None:
 # Outcomes whose reply is lost ---------------------------------------------------------------------
 
 
+class LosingOps(QueueOps):
+    """Operations whose first complete and first release run on the server, then lose the
+    reply (the queue's ``lost`` says which have)."""
+
+    def __init__(self, queue: Any) -> None:
+        super().__init__(queue.keys)
+        self.queue = queue
+
+    def lose(self, what: str) -> None:
+        if what not in self.queue.lost:
+            self.queue.lost.add(what)
+            raise redis.ConnectionError("reply lost after the script ran")
+
+    def complete_one(self, item: Item, replicas: int | None = None) -> Any:
+        result = yield from super().complete_one(item, replicas)
+        self.lose("complete")
+        return result
+
+    def release_outcome(self, item: Item, *args: Any, **kwargs: Any) -> Any:
+        result = yield from super().release_outcome(item, *args, **kwargs)
+        self.lose("release")
+        return result
+
+
 class LosingReplies(WorkQueue):
     """A queue whose first complete and first release run on the server, then lose the reply."""
 
     lost: set[str]
 
-    def complete(self, db: redis.Redis, item: Item, replicas: int | None = None) -> bool:
-        result = super().complete(db, item, replicas)
-        if "complete" not in self.lost:
-            self.lost.add("complete")
-            raise redis.ConnectionError("reply lost after the script ran")
-        return result
-
-    def release_outcome(self, db: redis.Redis, item: Item, *args: Any, **kwargs: Any) -> Any:
-        result = super().release_outcome(db, item, *args, **kwargs)
-        if "release" not in self.lost:
-            self.lost.add("release")
-            raise redis.ConnectionError("reply lost after the script ran")
-        return result
+    def __init__(self, name: KeyPrefix) -> None:
+        super().__init__(name)
+        self.ops = LosingOps(self)
 
 
 class ALosingReplies(AsyncWorkQueue):
@@ -704,38 +712,23 @@ class ALosingReplies(AsyncWorkQueue):
 
     lost: set[str]
 
-    async def complete(self, db: Any, item: Item, replicas: int | None = None) -> bool:
-        result = await super().complete(db, item, replicas)
-        if "complete" not in self.lost:
-            self.lost.add("complete")
-            raise redis.ConnectionError("reply lost after the script ran")
-        return result
-
-    async def release_outcome(self, db: Any, item: Item, *args: Any, **kwargs: Any) -> Any:
-        result = await super().release_outcome(db, item, *args, **kwargs)
-        if "release" not in self.lost:
-            self.lost.add("release")
-            raise redis.ConnectionError("reply lost after the script ran")
-        return result
+    def __init__(self, name: KeyPrefix) -> None:
+        super().__init__(name)
+        self.ops = LosingOps(self)
 
 
 def losing_complete_and_lease(real: Any, lost: set[str]) -> Any:
-    """``complete_and_lease_from`` (``real``, sync or asyncio) whose first call runs on the
+    """The operation ``complete_and_lease_from`` (``real``), whose first call runs on the
     server, then loses its reply (and the item it leased, until that lease runs out)."""
 
-    def first_reply_lost(result: Any) -> Any:
+    def first_reply_lost(*args: Any) -> Any:
+        result = yield from real(*args)
         if "complete" not in lost:
             lost.add("complete")
             raise redis.ConnectionError("reply lost after the script ran")
         return result
 
-    if asyncio.iscoroutinefunction(real):
-
-        async def acall(*args: Any) -> Any:
-            return first_reply_lost(await real(*args))
-
-        return acall
-    return lambda *args: first_reply_lost(real(*args))
+    return first_reply_lost
 
 
 @pytest.mark.parametrize("kind", ["threads", "asyncio"])
@@ -746,15 +739,14 @@ def test_outcome_whose_reply_was_lost_is_retried_and_counted_right(
     counts as completed, not lost. A lost release reply is retried and said so. The runner
     completes with complete_and_lease_from: the item the lost call leased comes back when its
     lease runs out."""
-    from redis_work_queue import aioworker, worker  # noqa: PLC0415
+    from redis_work_queue.ops import lease as lease_ops  # noqa: PLC0415
 
     caplog.set_level(logging.INFO, logger="redis_work_queue")
     db = server.client()
     queue: Any = ALosingReplies(KeyPrefix(P)) if kind == "asyncio" else LosingReplies(KeyPrefix(P))
     queue.lost = set()
-    module: Any = aioworker if kind == "asyncio" else worker
-    losing = losing_complete_and_lease(module.complete_and_lease_from, queue.lost)
-    monkeypatch.setattr(module, "complete_and_lease_from", losing)
+    losing = losing_complete_and_lease(lease_ops.complete_and_lease_from, queue.lost)
+    monkeypatch.setattr(lease_ops, "complete_and_lease_from", losing)
     add(db, server.url, ["ok"])
     add(db, server.url, ["bad"], fail=True)
     options = {**QUICK, "backoff": 30.0, "max_backoff": 30.0}
@@ -904,24 +896,32 @@ def test_reconnect_delays_double_from_a_tenth_of_a_second_up_to_ten() -> None:
         assert max(delays) - min(delays) > full / 10  # jitter
 
 
+class NeverReleasingOps(QueueOps):
+    """Operations whose release and renew always fail as if the server had gone."""
+
+    def release_outcome(self, *args: Any, **kwargs: Any) -> Any:
+        yield from ()
+        raise redis.ConnectionError("Connection refused")
+
+    def renew(self, *args: Any, **kwargs: Any) -> Any:
+        yield from ()
+        raise redis.ConnectionError("Connection refused")
+
+
 class NeverReleasing(WorkQueue):
     """A queue whose release and renew always fail as if the server had gone."""
 
-    def release_outcome(self, db: redis.Redis, item: Item, *args: Any, **kwargs: Any) -> Any:
-        raise redis.ConnectionError("Connection refused")
-
-    def renew(self, db: redis.Redis, item: Item, lease_secs: float) -> bool:
-        raise redis.ConnectionError("Connection refused")
+    def __init__(self, name: KeyPrefix) -> None:
+        super().__init__(name)
+        self.ops = NeverReleasingOps(self.keys)
 
 
 class ANeverReleasing(AsyncWorkQueue):
     """Asynchronous :class:`NeverReleasing`."""
 
-    async def release_outcome(self, db: Any, item: Item, *args: Any, **kwargs: Any) -> Any:
-        raise redis.ConnectionError("Connection refused")
-
-    async def renew(self, db: Any, item: Item, lease_secs: float) -> bool:
-        raise redis.ConnectionError("Connection refused")
+    def __init__(self, name: KeyPrefix) -> None:
+        super().__init__(name)
+        self.ops = NeverReleasingOps(self.keys)
 
 
 @pytest.mark.parametrize("kind", ["threads", "asyncio"])

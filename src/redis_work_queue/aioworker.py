@@ -1,11 +1,11 @@
 """AsyncWorker: the worker runner for asyncio handlers.
 
 It behaves as :class:`redis_work_queue.worker.Worker` (the logic is shared: see
-:mod:`redis_work_queue.runner`): lease over the queues in priority order, call the handler,
-complete on return, release with exponential backoff on an exception, renew the leases of
-running handlers, wait out Redis outages with capped backoff, time out handlers (the task is
-cancelled), beat, self-clean, and stop cleanly on SIGTERM/SIGINT (a second signal releases what
-is still held). Concurrency is a number of tasks on one event loop.
+:mod:`redis_work_queue.runner`; this module starts its tasks): lease over the queues in priority
+order, call the handler, complete on return, release with exponential backoff on an exception,
+renew the leases of running handlers, wait out Redis outages with capped backoff, time out
+handlers (the task is cancelled), beat, self-clean, and stop cleanly on SIGTERM/SIGINT (a second
+signal releases what is still held). Concurrency is a number of tasks on one event loop.
 """
 
 from __future__ import annotations
@@ -23,36 +23,30 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from . import server
-from .aio import AsyncWorkQueue, complete_and_lease_from, lease_from
-from .errors import WorkerFailedError
+from .aio import AsyncWorkQueue
 from .item import Item
-from .runner import (
-    JOIN_SECS,
-    CleanSecs,
-    Core,
-    Job,
-    WorkerStats,
-    adrive,
-    backoff_delay,
-    check_options,
-    check_pool,
-    socket_timeout_for,
-)
+from .runner.core import JOIN_SECS, Core, Job, WorkerStats
+from .runner.drivers import arun_loop, cancel
+from .runner.options import CleanSecs, check_options, check_pool, socket_timeout_for
+from .runner.shell import Shell
 
 logger = logging.getLogger(__name__)
 
 AsyncHandler = Callable[[Item], Awaitable[Any]]
 
 
-class AsyncWorker:
+class AsyncWorker(Shell):
     """Runs the coroutine ``handler`` over items leased from ``queues``.
 
     Args:
         db: A ``redis.asyncio`` client, or a URL (then the worker makes its own client, with a
             pool sized to the concurrency, as :class:`~redis_work_queue.worker.Worker` does).
         queues: The queues to work on, highest priority first.
-        handler: ``async def handler(item)``; a return completes the item, an exception
-            releases it for a retry.
+        handler: ``async def handler(item)`` (or any callable that returns an awaitable); a
+            return completes the item, an exception releases it for a retry. A call that
+            returns no awaitable is a failure of its item (``TypeError``). A
+            ``CancelledError`` the handler raises is its failure too; a cancellation of the
+            worker's own task (a timeout, an abort) ends the handler.
         lease_secs: Lease length; renewed every third of it while the handler runs.
         concurrency: How many handlers run at once (tasks).
         backoff: Delay before the first retry of a failed item, doubled per further delivery.
@@ -67,6 +61,8 @@ class AsyncWorker:
     Raises:
         InvalidArgumentError: An argument is out of range (before anything starts).
     """
+
+    _log = logger
 
     def __init__(
         self,
@@ -97,6 +93,7 @@ class AsyncWorker:
             clean_secs,
             heartbeat_secs,
             health_file,
+            asynchronous=True,
         )
         if isinstance(db, str):
             db = aredis.Redis.from_url(
@@ -107,47 +104,14 @@ class AsyncWorker:
                 retry=Retry(NoBackoff(), 0),
             )
         check_pool(db, concurrency)
+        self._take(self.options)
         self.db = db
         self.queues = list(queues)
         self.handler = handler
-        self.lease_secs = self.options.lease_secs
-        self.concurrency = concurrency
-        self.backoff = self.options.backoff
-        self.max_backoff = self.options.max_backoff
-        self.poll_secs = self.options.poll_secs
-        self.timeout = self.options.timeout
         self.stats = WorkerStats()
-        self.worker_id = ""
-        self._stop = False
-        self._abort = False
-        self._core: Core | None = None
-        self._signals = 0
-
-    def stop(self) -> None:
-        """Lease nothing more; let running handlers finish."""
-        self._stop = True
-        if self._core is not None:
-            self._core.stop_flag.set()
-
-    def abort(self) -> None:
-        """Stop at once: cancel running handlers and release what is held."""
-        self._stop = self._abort = True
-        if self._core is not None:
-            self._core.stop_flag.set()
-            self._core.abort_flag.set()
-
-    def retry_delay(self, deliveries: int) -> float:
-        """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
-        return backoff_delay(self.backoff, self.max_backoff, deliveries)
 
     def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            logger.info("%s: finishing running jobs, leasing no more", signal.Signals(signum).name)
-            self.stop()
-        else:
-            logger.warning("%s again: releasing held items", signal.Signals(signum).name)
-            self.abort()
+        self._signalled(signum)
 
     async def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
@@ -175,72 +139,60 @@ class AsyncWorker:
         core = Core(
             self.options,
             self.queues,
-            lease_from,
-            complete_and_lease=complete_and_lease_from,
             describe=" (its task is cancelled; a new task takes its slot)",
         )
-        self._core = core
+        self._adopt(core)
         self.stats = core.stats
-        self.worker_id = core.worker_id
-        if self._stop:
-            core.stop_flag.set()
-        if self._abort:
-            core.abort_flag.set()
         tasks: dict[int, asyncio.Task[None]] = {}
 
         def start(slot: int) -> None:
             tasks[slot] = asyncio.create_task(
-                adrive(core, core.job_loop(slot), self.db, self.handler, replace),
+                arun_loop(core, core.job_loop(slot), self.db, self.handler, replace),
                 name=f"rwq-worker-{slot}",
             )
 
         def replace(job: Job) -> None:
             task = tasks.get(job.slot)
             if task is not None:
-                task.cancel()
+                cancel(task)
             core.held.settled(job)
             if not core.stop_flag.is_set():
                 start(job.slot)
 
         side = [
             asyncio.create_task(
-                adrive(core, core.watchdog(), self.db, self.handler, replace), name="rwq-watchdog"
-            ),
-            asyncio.create_task(
-                adrive(core, core.housekeeping(), self.db, self.handler, replace),
-                name="rwq-housekeeping",
-            ),
+                arun_loop(core, loop, self.db, self.handler, replace), name=f"rwq-{name}"
+            )
+            for name, loop in (("watchdog", core.watchdog()), ("housekeeping", core.housekeeping()))
         ]
         for slot in range(self.concurrency):
             start(slot)
+        aborted = asyncio.create_task(core.abort_flag.wait_async(None), name="rwq-abort")
         try:
             while True:
                 current = list(tasks.values())
                 if all(task.done() for task in current):
                     break
-                if core.abort_flag.is_set():
+                if aborted.done():
                     for task in current:
-                        task.cancel()
+                        cancel(task)
                     await asyncio.gather(*current, return_exceptions=True)
-                    await adrive(
+                    await arun_loop(
                         core, core.release_all("worker aborted"), self.db, self.handler, replace
                     )
                     break
-                await asyncio.wait(current, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([*current, aborted], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            aborted.cancel()
+            core.stop_flag.set()  # run() itself may have been cancelled: lease nothing more
             core.finished.set()
             try:
                 await asyncio.wait_for(
                     asyncio.gather(*side, return_exceptions=True), timeout=JOIN_SECS
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
                 for task in side:
                     task.cancel()
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        if core.fatal is not None:
-            raise WorkerFailedError(
-                f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
-            ) from core.fatal
-        logger.info("worker stopped: %s", core.stats)
-        return core.stats
+        return self._result(core)

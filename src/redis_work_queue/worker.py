@@ -18,15 +18,14 @@ liveness probe. SIGTERM or SIGINT stops leasing; what is running finishes; a sec
 releases what is still held and exits at once.
 
 The logic is shared with :class:`~redis_work_queue.aioworker.AsyncWorker`: see
-:mod:`redis_work_queue.runner`.
+:mod:`redis_work_queue.runner`; this module starts its threads, or its worker processes
+(:mod:`redis_work_queue.runner.processes`).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 import threading
@@ -40,23 +39,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import server
-from .errors import InvalidArgumentError, WorkerFailedError
+from .errors import InvalidArgumentError
 from .item import Item
-from .keyprefix import KeyPrefix
-from .runner import (
-    JOIN_SECS,
-    CleanSecs,
-    Core,
-    Job,
-    Options,
-    WorkerStats,
-    backoff_delay,
-    check_options,
-    check_pool,
-    drive,
-    socket_timeout_for,
-)
-from .workqueue import WorkQueue, complete_and_lease_from, lease_from
+from .runner.core import JOIN_SECS, Core, Job, Listener, WorkerStats
+from .runner.drivers import run_loop
+from .runner.options import CleanSecs, Options, check_options, check_pool, socket_timeout_for
+from .runner.processes import CHILD_ABORT, ChildConfig, Pool
+from .runner.retry import backoff_delay
+from .runner.shell import Shell
+from .workqueue import WorkQueue
 
 __all__ = [
     "CHILD_ABORT",
@@ -73,9 +64,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Item], Any]
-
-#: What a worker process's parent sends it for a second stop signal (the first is SIGTERM).
-CHILD_ABORT = signal.SIGUSR1
 
 
 def load_handler(spec: str) -> Handler:
@@ -113,7 +101,7 @@ def _warn_if_evicting(db: Any) -> None:
         logger.debug("could not read the eviction policy: %s", err)
 
 
-class Worker:
+class Worker(Shell):
     """Runs ``handler`` over items leased from ``queues`` (highest priority first).
 
     While Redis is unavailable the worker waits and reconnects (capped exponential backoff,
@@ -128,8 +116,11 @@ class Worker:
             timeout of ``max(5, 2 * poll_secs + 2)`` s (a hung server is noticed within it) and
             no retries of its own (the worker retries).
         queues: The queues to work on, highest priority first.
-        handler: Called with each leased item; a return completes it, an exception releases it
-            for a retry. In process mode it must be importable (a module-level function).
+        handler: Called with each leased item; a return completes it, an exception (any
+            ``BaseException``: ``SystemExit`` and ``KeyboardInterrupt`` too) releases it for a
+            retry, and the worker goes on. In process mode it must be importable (a
+            module-level function); a worker process that dies fails its item the same way. An
+            ``async def`` handler is refused (it would never run): use ``AsyncWorker``.
         lease_secs: Lease length; renewed every third of it while the handler runs.
         concurrency: How many handlers run at once.
         processes: Run the handlers in worker processes instead of threads.
@@ -155,8 +146,11 @@ class Worker:
             checks its age.
 
     Raises:
-        InvalidArgumentError: An argument is out of range (before anything starts).
+        InvalidArgumentError: An argument is out of range, or the handler is asynchronous
+            (before anything starts).
     """
+
+    _log = logger
 
     def __init__(
         self,
@@ -195,47 +189,15 @@ class Worker:
             raise InvalidArgumentError("redis_url must be a URL or a Redis client")
         if not isinstance(redis_url, str):
             check_pool(redis_url, concurrency)
+        self._take(self.options)
         self.redis_url = redis_url
         self.queues = list(queues)
         self.handler = handler
-        self.lease_secs = self.options.lease_secs
-        self.concurrency = concurrency
         self.processes = processes
-        self.backoff = self.options.backoff
-        self.max_backoff = self.options.max_backoff
-        self.poll_secs = self.options.poll_secs
-        self.timeout = self.options.timeout
-        self.worker_id = ""
-        self._stop = threading.Event()
-        self._abort = threading.Event()
-        self._signals = 0
-        self._core: Core | None = None
-        self._listener: Callable[[str, Job], None] | None = None
-
-    # Control ----------------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Ask the worker to stop: lease nothing more, finish what is running."""
-        self._stop.set()
-        if self._core is not None:
-            self._core.stop_flag.set()
-
-    def abort(self) -> None:
-        """Stop at once: release what is held (the handlers still running are abandoned)."""
-        self._stop.set()
-        self._abort.set()
-        if self._core is not None:
-            self._core.stop_flag.set()
-            self._core.abort_flag.set()
+        self._listener: Listener | None = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            logger.info("%s: finishing running jobs, leasing no more", signal.Signals(signum).name)
-            self.stop()
-        else:
-            logger.warning("%s again: releasing held items", signal.Signals(signum).name)
-            self.abort()
+        self._signalled(signum)
 
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
@@ -261,37 +223,12 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-        totals = core.totals()
-        if isinstance(core.fatal, WorkerFailedError):  # reported by a worker process
-            raise core.fatal
-        if core.fatal is not None:
-            raise WorkerFailedError(
-                f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
-            ) from core.fatal
-        logger.info("worker stopped: %s", totals)
-        return totals
-
-    def retry_delay(self, deliveries: int) -> float:
-        """The delay before retrying an item that failed on its ``deliveries``-th delivery."""
-        return backoff_delay(self.backoff, self.max_backoff, deliveries)
+        return self._result(core)
 
     def _new_core(self, renews: bool, describe: str) -> Core:
-        core = Core(
-            self.options,
-            self.queues,
-            lease_from,
-            complete_and_lease=complete_and_lease_from,
-            renews=renews,
-            describe=describe,
-        )
+        core = Core(self.options, self.queues, renews=renews, describe=describe)
         core.listener = self._listener
-        self.worker_id = core.worker_id
-        if self._stop.is_set():
-            core.stop_flag.set()
-        if self._abort.is_set():
-            core.abort_flag.set()
-        self._core = core
-        return core
+        return self._adopt(core)
 
     def _connect(self) -> redis.Redis:
         if isinstance(self.redis_url, str):
@@ -307,19 +244,15 @@ class Worker:
     def _side_threads(
         self, core: Core, db: redis.Redis, replace: Callable[[Job], None]
     ) -> list[threading.Thread]:
+        """Start the watchdog and housekeeping threads."""
         side = [
             threading.Thread(
-                target=drive,
-                args=(core, core.watchdog(), db, self.handler, replace),
-                name="rwq-watchdog",
+                target=run_loop,
+                args=(core, loop, db, self.handler, replace),
+                name=f"rwq-{name}",
                 daemon=True,
-            ),
-            threading.Thread(
-                target=drive,
-                args=(core, core.housekeeping(), db, self.handler, replace),
-                name="rwq-housekeeping",
-                daemon=True,
-            ),
+            )
+            for name, loop in (("watchdog", core.watchdog()), ("housekeeping", core.housekeeping()))
         ]
         for thread in side:
             thread.start()
@@ -343,7 +276,7 @@ class Worker:
 
         def start(slot: int) -> None:
             thread = threading.Thread(
-                target=drive,
+                target=run_loop,
                 args=(core, core.job_loop(slot), db, self.handler, replace),
                 name=f"rwq-worker-{slot}",
                 daemon=True,
@@ -368,7 +301,7 @@ class Worker:
                 if not any(t.is_alive() for t in current):
                     break
                 if core.abort_flag.wait(0.05):
-                    drive(core, core.release_all("worker aborted"), db, self.handler, replace)
+                    run_loop(core, core.release_all("worker aborted"), db, self.handler, replace)
                     break
         finally:
             self._end(core, side)
@@ -380,194 +313,24 @@ class Worker:
         db = self._connect()
         _warn_if_evicting(db)
         core = self._new_core(False, " (its process is killed and replaced)")
-        ctx = multiprocessing.get_context("spawn")
-        pipes: dict[Any, int] = {}  # the read end of each child's pipe -> its slot
-        children: dict[int, Any] = {}
-        child_stats: dict[int, WorkerStats] = {}
-        replaced: set[int] = set()
-        lock = threading.Lock()
-
-        def start(slot: int) -> None:
-            # One pipe per child, no shared queue: a child killed mid-message spoils only its own.
-            reader, writer = ctx.Pipe(duplex=False)
-            child = ctx.Process(
-                target=_child, args=(self._child_config(), slot, writer), name=f"rwq-{slot}"
-            )
-            child.start()
-            writer.close()
-            with lock:
-                children[slot] = child
-                pipes[reader] = slot
-
-        def replace(job: Job) -> None:
-            with lock:
-                child = children.get(job.slot)
-            if child is not None and child.pid is not None:
-                replaced.add(child.pid)
-                child.kill()
-                child.join(timeout=5)
-            core.held.settled(job)
-            if not core.stop_flag.is_set():
-                start(job.slot)
-
-        def extra() -> WorkerStats:
-            total = WorkerStats()
-            with lock:
-                for stats in child_stats.values():
-                    total.add(stats)
-            return total
-
-        core.extra_stats = extra
-
-        def on_event(message: tuple[Any, ...]) -> None:
-            kind, slot, pid = message[:3]
-            with lock:
-                child = children.get(slot)
-            current = child is not None and child.pid == pid
-            if kind == "stats":
-                with lock:
-                    child_stats[pid] = WorkerStats(*message[3:])
-            elif kind == "durations":
-                for prefix, deltas in message[3].items():
-                    core.durations.add(prefix, deltas)
-            elif kind == "start" and current:
-                index, item_id, token, deliveries = message[3:]
-                item = Item.handed_out(item_id, b"", deliveries, token)
-                now = time.monotonic()
-                limit = self.options.timeout
-                deadline = None if limit is None else now + limit
-                core.held.hold(Job(slot, self.queues[index], item, now, deadline, now))
-            elif kind == "end" and current:
-                job = core.held.current(slot)
-                if job is not None:
-                    core.held.finish(job)
-                    core.held.drop(job)
-            elif kind == "fatal":
-                core.fail(WorkerFailedError(message[3]))
-
-        def read_events() -> None:
-            while not core.finished.is_set() or pipes:
-                with lock:
-                    readers = list(pipes)
-                if not readers:
-                    time.sleep(0.05)
-                    continue
-                for ready in multiprocessing.connection.wait(readers, timeout=0.1):
-                    conn: Any = ready
-                    try:
-                        on_event(conn.recv())
-                    except (EOFError, OSError) as err:  # the child ended (or was killed)
-                        if not isinstance(err, EOFError):
-                            logger.warning("lost a message from a worker process: %s", err)
-                        with lock:
-                            pipes.pop(conn, None)
-                        conn.close()
-
-        for slot in range(self.concurrency):
-            start(slot)
-        reader = threading.Thread(target=read_events, name="rwq-events", daemon=True)
-        reader.start()
-        side = self._side_threads(core, db, replace)
-        forwarded = 0
+        pool = Pool(core, self._child_config(), self.concurrency)
+        pool.start()
+        side = self._side_threads(core, db, pool.replace)
         try:
-            while True:
-                with lock:
-                    current = dict(children)
-                if not any(c.is_alive() for c in current.values()):
-                    break
-                wanted = 2 if core.abort_flag.is_set() else 1 if core.stop_flag.is_set() else 0
-                while forwarded < wanted:
-                    forwarded += 1
-                    # Two different signals: two SIGTERMs sent at once may arrive as one.
-                    sig = signal.SIGTERM if forwarded == 1 else CHILD_ABORT
-                    for child in current.values():
-                        if child.pid is not None and child.is_alive():
-                            os.kill(child.pid, sig)
-                for slot, child in current.items():
-                    child.join(timeout=0.05)
-                    if child.is_alive() or core.stop_flag.is_set() or child.pid in replaced:
-                        continue
-                    with lock:
-                        still = children.get(slot) is child
-                    if still and child.exitcode == 1:
-                        # It stopped on a fatal error: its message is on its way.
-                        time.sleep(0.5)
-                        if core.fatal is None:
-                            core.fail(WorkerFailedError("a worker process failed (exit code 1)"))
-                        continue
-                    if still:
-                        logger.warning(
-                            "worker process %s ended unexpectedly (exit code %s): starting another",
-                            child.pid,
-                            child.exitcode,
-                        )
-                        replaced.add(child.pid)
-                        job = core.held.current(slot)
-                        if job is not None:  # its lease expires; a light clean requeues it
-                            core.held.lose(job)
-                        start(slot)
-            # Let the last messages (final counts) arrive.
-            deadline = time.monotonic() + 2
-            with lock:
-                pids = {c.pid for c in children.values()}
-            while time.monotonic() < deadline and not pids <= set(child_stats):
-                time.sleep(0.02)
+            pool.watch()
         finally:
-            self._end(core, [*side, reader])
+            self._end(core, [*side, pool.reader])
         return core
 
-    def _child_config(self) -> dict[str, Any]:
-        return {
-            "redis_url": self.redis_url,
-            "queues": [(q.name.prefix, q.max_deliveries) for q in self.queues],
-            "handler": self.handler,
-            "lease_secs": self.lease_secs,
-            "backoff": self.backoff,
-            "max_backoff": self.max_backoff,
-            "poll_secs": self.poll_secs,
-            "log_level": logging.getLogger().getEffectiveLevel(),
-        }
-
-
-def _child(config: dict[str, Any], slot: int, events: Any) -> None:  # events: a Connection
-    """Entry point of a worker process: one thread of work, driven by its parent's signals.
-
-    It reports to its parent each item it starts (the parent times it out) and ends, its job
-    durations (the parent flushes them with its heartbeats) and its
-    counts. SIGTERM stops it and CHILD_ABORT aborts it. SIGINT is ignored: a Ctrl-C reaches the
-    whole process group, and the parent forwards it. Heartbeats, cleans and timeouts are the
-    parent's.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(
-        level=config.pop("log_level"),
-        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
-    )
-    pid = os.getpid()
-    queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.pop("queues")]
-    worker = Worker(queues=queues, clean_secs=None, heartbeat_secs=None, **config)
-
-    def report(event: str, job: Job) -> None:
-        if event == "start":
-            item = job.item
-            index = next(i for i, q in enumerate(queues) if q is job.queue)
-            events.send(("start", slot, pid, index, item.id(), item.lease_token, item.deliveries))
-        else:
-            events.send(("end", slot, pid))
-            if worker._core is not None:
-                events.send(("durations", slot, pid, worker._core.durations.take_all()))
-                stats = worker._core.totals()
-                events.send(("stats", slot, pid, *vars(stats).values()))
-
-    worker._listener = report
-    signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())
-    try:
-        stats = worker.run(signals=(signal.SIGTERM,))
-    except WorkerFailedError as err:
-        events.send(("fatal", slot, pid, str(err)))
-        if worker._core is not None:
-            events.send(("stats", slot, pid, *vars(worker._core.totals()).values()))
-        events.close()
-        raise SystemExit(1) from err
-    events.send(("stats", slot, pid, *vars(stats).values()))
-    events.close()
+    def _child_config(self) -> ChildConfig:
+        assert isinstance(self.redis_url, str)  # checked in __init__
+        return ChildConfig(
+            redis_url=self.redis_url,
+            queues=tuple((q.name.prefix, q.max_deliveries) for q in self.queues),
+            handler=self.handler,
+            lease_secs=self.lease_secs,
+            backoff=self.backoff,
+            max_backoff=self.max_backoff,
+            poll_secs=self.poll_secs,
+            log_level=logging.getLogger().getEffectiveLevel(),
+        )

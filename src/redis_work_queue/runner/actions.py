@@ -1,0 +1,108 @@
+"""The runner's own steps, and the flags its loops wait on.
+
+A loop of the runner (see :mod:`.core`) is a generator, as an operation is: besides the calls of
+:mod:`redis_work_queue.calls`, which go to Redis, it yields the steps below, which a driver
+(:mod:`.drivers`) performs itself: call the handler (:class:`Handle`), wait (:class:`Pause`),
+end a timed-out handler and start another in its slot (:class:`Replace`).
+
+A :class:`Flag` (stop, abort, the job loops' end) is set once, from any thread or a signal
+handler, and is waited on by threads (a ``threading.Event``) and by asyncio tasks (an
+``asyncio.Event`` of their loop, set with ``call_soon_threadsafe`` from another thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..calls import Call
+from ..item import Item
+
+if TYPE_CHECKING:
+    from .core import Job
+
+T = TypeVar("T")
+
+
+class Flag:
+    """A flag that is set once; threads and asyncio tasks wait for it, with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        # Reentrant: a signal handler may set the flag while its thread is setting it.
+        self._lock = threading.RLock()
+        self._loops: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+        return self._event.is_set()
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter, in any thread or event loop."""
+        self._event.set()
+        with self._lock:
+            waiting = list(self._loops.items())
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, event in waiting:
+            if loop is running:
+                event.set()
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop has closed
+                    loop.call_soon_threadsafe(event.set)
+
+    def wait(self, seconds: float) -> bool:
+        """Block this thread until the flag is set or ``seconds`` pass; whether it is set."""
+        return self._event.wait(seconds)
+
+    async def wait_async(self, seconds: float | None) -> bool:
+        """Wait in this task until the flag is set or ``seconds`` pass (None: no limit)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            event = self._loops.get(loop)
+            if event is None:
+                event = self._loops[loop] = asyncio.Event()
+        # Set before this loop's event was known: set() did not see it, but it is set now.
+        if self._event.is_set():
+            return True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+        return self._event.is_set()
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """Call the handler with the item; the reply is None when it returned, else what it raised.
+
+    Whatever the handler raises (``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit``
+    included) is its item's failure, handed back as a value: the loop goes on. Only a
+    cancellation of the runner's own asyncio task ends a loop here.
+    """
+
+    item: Item
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``seconds``, or less when ``until`` is set."""
+
+    seconds: float
+    until: Flag
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """A held job ran past its timeout: end its handler if the runner can, and start another."""
+
+    job: Job
+
+
+Step = Call | Handle | Pause | Replace
+#: A loop of the runner: yields steps, receives their replies, returns its result.
+Loop = Generator[Step, Any, T]

@@ -1,0 +1,241 @@
+"""The retry policy: which errors are waited out, how long to wait, and the one retrying step.
+
+Every loop of the runner that sends a call (lease, complete, release, renew, heartbeat, clean)
+sends it through :func:`retrying`: it tries the operation, classifies an error
+(:func:`transient`), notes the outage's start and end (:class:`Outage`), backs off
+(:func:`reconnect_delay`) and tries again, until the operation succeeds or the caller's
+``give_up`` says to stop. An error that waiting cannot cure is raised: it stops the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    AuthorizationError,
+    ClusterDownError,
+    ClusterError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..errors import (
+    CrossSlotError,
+    InvalidArgumentError,
+    ReplicationError,
+    ScriptError,
+    WrongKeyTypeError,
+)
+from .actions import Flag, Pause, Step
+
+logger = logging.getLogger("redis_work_queue.worker")
+
+T = TypeVar("T")
+
+#: The first and the longest wait between two tries while Redis is unavailable.
+RECONNECT_FIRST_SECS = 0.1
+RECONNECT_MAX_SECS = 10.0
+
+
+def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
+    """Exponential backoff: ``backoff`` doubled per delivery after the first, capped, +0-10%."""
+    delay = min(backoff * 2 ** min(max(deliveries - 1, 0), 64), max_backoff)
+    return delay * (1 + random.random() / 10) if delay else 0.0
+
+
+def reconnect_delay(attempt: int) -> float:
+    """The wait before try ``attempt + 1`` while Redis is unavailable: capped, with jitter."""
+    delay = min(RECONNECT_FIRST_SECS * 2.0 ** min(attempt, 32), RECONNECT_MAX_SECS)
+    return float(delay * random.uniform(0.5, 1.0))
+
+
+#: Errors that no reconnect cures: bad credentials or rights, bad state, bad arguments.
+_FATAL: tuple[type[BaseException], ...] = (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+    WrongKeyTypeError,
+    InvalidArgumentError,
+    CrossSlotError,
+)
+#: Errors of an unavailable or changing server: wait and try again.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    ClusterError,
+    SlotNotCoveredError,
+    AskError,
+    OutOfMemoryError,
+    ReplicationError,
+)
+#: Server replies of the same kind, as found in the message of a script's error.
+_TRANSIENT_REPLIES = (
+    "LOADING",
+    "READONLY",
+    "OOM command not allowed",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "BUSY ",
+    "NOREPLICAS",
+    "MOVED ",
+    "ASK ",
+)
+
+
+def transient(err: BaseException) -> bool:
+    """Whether ``err`` is cured by waiting and reconnecting (else the worker stops).
+
+    Connection loss, timeouts, a server loading its data, a read-only replica after a failover,
+    Redis Cluster redirections and outages, out of memory, and writes that too few replicas
+    acknowledged are transient. Authentication and permission failures, keys of the wrong
+    type, other script errors and bad arguments are not.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, _FATAL):
+            return False
+        if isinstance(cause, _TRANSIENT):
+            return True
+        if isinstance(cause, ResponseError | ScriptError):
+            message = str(cause)
+            if any(reply in message for reply in _TRANSIENT_REPLIES):
+                return True
+        cause = cause.__cause__
+    return False
+
+
+class Outage:
+    """Whether Redis is unavailable to this worker; logs once when it starts and once when it ends.
+
+    Shared by every loop of a worker, so an outage is one WARNING and one INFO, however many
+    threads or tasks retry through it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None
+        self.errors = 0
+
+    @property
+    def active(self) -> bool:
+        """True from the first failed call until a call succeeds."""
+        return self.since is not None
+
+    def failed(self, err: BaseException) -> None:
+        """Note a failed call (logs a WARNING if this starts an outage)."""
+        with self._lock:
+            starting = self.since is None
+            if starting:
+                self.since = time.monotonic()
+                self.errors = 0
+            self.errors += 1
+        if starting:
+            logger.warning(
+                "Redis is unavailable (%s: %s): retrying with backoff up to %.0f s",
+                type(err).__name__,
+                err,
+                RECONNECT_MAX_SECS,
+            )
+
+    def recovered(self, begun: float) -> None:
+        """Note a successful call sent at ``begun`` (logs an INFO if this ends an outage).
+
+        A call sent before the outage began (its reply came just before the connection went)
+        says nothing about its end, and leaves it on.
+        """
+        if self.since is None:
+            return
+        with self._lock:
+            if self.since is None or begun < self.since:
+                return
+            since, errors, self.since = self.since, self.errors, None
+        logger.info(
+            "Redis is back after %.1f s (%d failed calls): working again",
+            time.monotonic() - since,
+            errors,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """The operation succeeded: its result, and whether it took more than one try."""
+
+    value: T
+    retried: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """The operation failed on a transient error and the caller gave up: the last error."""
+
+    error: Exception
+    retried: bool
+
+
+def once() -> bool:
+    """A ``give_up`` for one try: the next tick of the loop tries again."""
+    return True
+
+
+def retrying(
+    attempt: Callable[[], Generator[Step, Any, T]],
+    outage: Outage,
+    until: Flag,
+    give_up: Callable[[], bool],
+) -> Generator[Step, Any, Done[T] | GaveUp]:
+    """Run the operation ``attempt()`` makes until it succeeds, waiting out transient errors.
+
+    After each failure on a transient error (noted in ``outage``), and again after each back-off
+    (:func:`reconnect_delay`, cut short when ``until`` is set), ``give_up()`` decides whether to
+    stop trying. A success ends the outage (see :meth:`Outage.recovered`).
+
+    Args:
+        attempt: Makes a fresh operation (steps) for each try.
+        outage: The worker's outage, shared by its loops.
+        until: The flag that cuts a back-off short.
+        give_up: Whether to stop trying; :func:`once` stops after the first failure.
+
+    Returns:
+        :class:`Done` with the operation's result, or :class:`GaveUp` with the last error.
+
+    Raises:
+        Exception: What the operation raised, when waiting cannot cure it.
+    """
+    tries = 0
+    while True:
+        begun = time.monotonic()
+        try:
+            value = yield from attempt()
+        except Exception as err:
+            if not transient(err):
+                raise
+            outage.failed(err)
+            if give_up():
+                return GaveUp(err, tries > 0)
+            yield Pause(reconnect_delay(tries), until)
+            tries += 1
+            if give_up():
+                return GaveUp(err, True)
+            continue
+        outage.recovered(begun)
+        return Done(value, tries > 0)
