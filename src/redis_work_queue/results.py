@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .item import Item
 
 
@@ -29,6 +30,10 @@ class QueueStats:
     dead: int
 
 
+#: A record's ``size`` when it is not given: the length of its ``data``.
+SIZE_OF_DATA = -1
+
+
 @dataclass(frozen=True)
 class QueuedItem:
     """An item waiting in the main queue, as seen by :meth:`WorkQueue.peek`.
@@ -36,12 +41,25 @@ class QueuedItem:
     Attributes:
         position: 0 for the next item to be leased, 1 for the one after, and so on.
         id: The item's id.
-        data: Its data, or None when the id is a leftover of an item that no longer exists.
+        data: Its data (its first ``preview_bytes`` bytes when the peek asked for a preview), or
+            None when the id is a leftover of an item that no longer exists.
+        size: The length of its whole data in bytes, or None when there is none; when not
+            given, the length of ``data``.
     """
 
     position: int
     id: str
     data: bytes | None
+    size: int | None = SIZE_OF_DATA
+
+    def __post_init__(self) -> None:
+        if self.size == SIZE_OF_DATA:
+            object.__setattr__(self, "size", None if self.data is None else len(self.data))
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``data`` is a preview: a part of the item's data only."""
+        return self.data is not None and self.size is not None and self.size > len(self.data)
 
 
 @dataclass(frozen=True)
@@ -88,10 +106,12 @@ class DeadLetter:
 
     Attributes:
         id: The item's id.
-        data: The item's data.
+        data: The item's data (its first ``preview_bytes`` bytes when the listing asked for a
+            preview).
         deliveries: How many times it was handed out.
         reason: The reason given with its last release, or ``"lease expired"``.
         died_at: When it was moved to the dead-letter store (seconds since the epoch).
+        size: The length of its whole data in bytes; when not given, the length of ``data``.
     """
 
     id: str
@@ -99,9 +119,31 @@ class DeadLetter:
     deliveries: int
     reason: str
     died_at: float
+    size: int = SIZE_OF_DATA
+
+    def __post_init__(self) -> None:
+        if self.size == SIZE_OF_DATA:
+            object.__setattr__(self, "size", len(self.data))
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``data`` is a preview: a part of the dead letter's data only."""
+        return self.size > len(self.data)
 
     def item(self) -> Item:
-        """The dead letter as an :class:`Item` (same id and data)."""
+        """The dead letter as an :class:`Item` (same id and data).
+
+        Raises:
+            InvalidArgumentError: ``data`` is a preview (see :attr:`truncated`): read the whole
+                data with ``item_data(db, id, dead=True)``, or list the dead letters without
+                ``preview_bytes``.
+        """
+        if self.truncated:
+            raise InvalidArgumentError(
+                f"dead letter {self.id!r} was read with preview_bytes: its data holds "
+                f"{len(self.data)} of {self.size} bytes. Read it whole with "
+                "item_data(db, id, dead=True), or dead_letters() without preview_bytes"
+            )
         return Item(self.data, id=self.id)
 
 

@@ -131,3 +131,32 @@ def check_page(start: int, count: int) -> None:
         raise InvalidArgumentError(f"start must be an int, got {start!r}")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+
+
+def check_preview(preview_bytes: int | None) -> int:
+    """Validate ``preview_bytes`` of a listing: None (whole data) or an int of at least 0.
+
+    Returns:
+        The bound as the scripts take it: -1 for the whole data.
+
+    Raises:
+        InvalidArgumentError: It is neither.
+    """
+    if preview_bytes is None:
+        return -1
+    if isinstance(preview_bytes, bool) or not isinstance(preview_bytes, int) or preview_bytes < 0:
+        raise InvalidArgumentError(
+            f"preview_bytes must be None (the whole data) or an int >= 0, got {preview_bytes!r}"
+        )
+    return preview_bytes
+
+
+def check_item_id(item_id: object) -> str:
+    """Validate an item id given alone (as to ``item_data``).
+
+    Raises:
+        InvalidArgumentError: It is not a str.
+    """
+    if not isinstance(item_id, str):
+        raise InvalidArgumentTypeError(f"item_id must be a str, not {type(item_id).__name__}")
+    return item_id
