@@ -244,32 +244,38 @@ ProgressCallback = Callable[[CleanProgress], None]
 class WorkerInfo:
     """A live worker of a queue, as its last heartbeat described it.
 
+    A registration is read defensively: a number that is missing, not finite or out of its
+    range (another program wrote the hash, or it was edited by hand) is None (pid and times) or 0
+    (counts), and a field that held such a number is named in ``unreadable``.
+
     Attributes:
         id: The worker's id (``host:pid:random``).
         host: The host it runs on.
-        pid: Its process id.
+        pid: Its process id, or None.
         queues: The queues it serves, highest priority first.
-        started: When it started (Unix time, seconds).
-        beat: When it last beat (Unix time, seconds, server clock).
-        lapses: When its registration lapses unless it beats again (Unix time, seconds).
+        started: When it started (Unix time, seconds), or None.
+        beat: When it last beat (Unix time, seconds, server clock), or None.
+        lapses: When its registration lapses unless it beats again (Unix time, seconds), or None.
         completed: Items it completed so far.
         failed: Items whose handler failed (timeouts included).
         lost: Items it lost (completed elsewhere, or whose lease it could not renew).
+        unreadable: The fields that held something other than a number in range, sorted.
     """
 
     id: str
     host: str
-    pid: int
+    pid: int | None
     queues: tuple[str, ...]
-    started: float
-    beat: float
-    lapses: float
+    started: float | None
+    beat: float | None
+    lapses: float | None
     completed: int
     failed: int
     lost: int
+    unreadable: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """The worker as a JSON-ready dict."""
+        """The worker as a JSON-ready dict (never NaN nor an infinity: those fields are None)."""
         return {
             "id": self.id,
             "host": self.host,
@@ -281,4 +287,5 @@ class WorkerInfo:
             "completed": self.completed,
             "failed": self.failed,
             "lost": self.lost,
+            "unreadable": list(self.unreadable),
         }
