@@ -817,3 +817,14 @@ def test_workers_with_unreadable_numbers_list_and_print_valid_json(
     assert (bad["pid"], bad["beat"], bad["started"], bad["completed"]) == (None, None, None, 0)
     assert bad["unreadable"] == ["beat", "completed", "pid", "started"]
     assert listed["box:11:ok"]["pid"] == 11 and listed["box:11:ok"]["completed"] == 2
+
+
+def test_json_output_is_strict_or_a_one_line_error(real_db: redis.Redis, redis_url: str) -> None:
+    """A number Redis holds that is not finite never reaches --json output as NaN/Infinity."""
+    queue = WorkQueue(KeyPrefix(P))
+    queue.add_item(real_db, Item(b"x"))
+    real_db.zadd(queue.keys.delayed, {"odd": float("-inf")})  # due "before all time"
+    result = rwq("--url", redis_url, "metrics", P, "--json")
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    error = json.loads(result.stderr)
+    assert error["exit"] == 1 and "not finite" in error["error"]

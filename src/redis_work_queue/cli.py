@@ -78,8 +78,14 @@ class Failure(Exception):
 
 def _json_out(value: Any) -> None:
     # Strict JSON: a NaN or an infinity (which json.dumps would write as NaN or Infinity, that
-    # JSON parsers refuse) is an error here rather than invalid output.
-    print(json.dumps(value, allow_nan=False))
+    # JSON parsers refuse) is a one-line error (exit 1) rather than invalid output.
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except ValueError as err:
+        raise Failure(
+            EXIT_FAILED, f"a number read from Redis is not finite, so not JSON ({err})"
+        ) from err
+    print(text)
 
 
 def _warn(message: str) -> None:
