@@ -1,13 +1,32 @@
 -- peek: read a page of the main queue without taking anything.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index, as LRANGE indexes of the main queue list
--- Returns {length of the main queue, {id, data}, ...}: the page in list order (data is nil for an
--- id whose item is gone).
--- Keeps: read only.
+-- arg(1) first index, arg(2) last index, as LRANGE indexes of the main queue list; arg(3) the
+-- most bytes of each item's data to return (a preview), or -1 for the whole data
+-- Returns {length of the main queue, {id, data, size}, ...}: the page in list order, with each
+-- item's data (its first arg(3) bytes at most) and the length of its whole data (data and size
+-- are nil for an id whose item is gone).
+-- Keeps: read only; a preview reads no byte of a value beyond its bound (GETRANGE).
 local ids = redis.call('LRANGE', Q.queue, arg(1), arg(2))
+local bound = tonumber(arg(3))
 local out = {redis.call('LLEN', Q.queue)}
 for _, id in ipairs(ids) do
-  out[#out + 1] = {id, redis.call('GET', Q.item .. id)}
+  local key = Q.item .. id
+  local data, size
+  if bound < 0 then
+    data = redis.call('GET', key)
+    size = data and #data
+  else
+    size = redis.call('STRLEN', key)
+    if size <= bound then
+      data = redis.call('GET', key) -- whole (nil when the item is gone)
+      size = data and size
+    elseif bound == 0 then
+      data = ''
+    else
+      data = redis.call('GETRANGE', key, 0, bound - 1)
+    end
+  end
+  out[#out + 1] = {id, data, size}
 end
 return out

@@ -49,10 +49,11 @@ class Dashboard:
     process: subprocess.Popen[str]
     port: int
     log: Path
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"http://{self.host}:{self.port}/"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -68,13 +69,17 @@ class Dashboard:
 
 
 def start_dashboard(
-    redis_url: str, *args: str, workdir: Path, env: dict[str, str] | None = None
+    redis_url: str,
+    *args: str,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
 ) -> Dashboard:
-    """Start ``rwq dashboard`` on a free port and wait until it answers."""
+    """Start ``rwq dashboard`` on a free port of ``host`` and wait until it answers there."""
     port = free_port()
     log = workdir / f"dashboard-{port}.log"
     command = [sys.executable, "-m", "redis_work_queue.cli", "--url", redis_url, "dashboard"]
-    command += ["--port", str(port), "--refresh-secs", "0.5", *args]
+    command += ["--host", host, "--port", str(port), "--refresh-secs", "0.5", *args]
     with log.open("w") as out:
         process = subprocess.Popen(
             command,
@@ -84,7 +89,7 @@ def start_dashboard(
             text=True,
             env={**os.environ, **(env or {})},
         )
-    dashboard = Dashboard(process, port, log)
+    dashboard = Dashboard(process, port, log, host)
 
     def answers() -> bool:
         if process.poll() is not None:

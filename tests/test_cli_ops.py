@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -728,3 +729,102 @@ def test_every_command_that_connects_at_start_exits_3_when_redis_is_unreachable(
         result = rwq("--url", "redis://127.0.0.1:1/0", name, *args, "--json")
         assert result.returncode == 3, (name, result.stderr)
         assert json.loads(result.stderr)["exit"] == 3 and result.stdout == "", name
+
+
+# Operators' safety ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "-5", "0", "0.1", "3000000", "soon"])
+def test_dashboard_refresh_secs_out_of_bounds_exits_2(bad: str) -> None:
+    result = rwq("--url", "redis://127.0.0.1:1/0", "dashboard", P, f"--refresh-secs={bad}")
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "--refresh-secs" in line and "0.5" in line and "3600" in line
+    assert result.stdout == ""
+
+
+def _serve_dashboard(redis_url: str, *args: str) -> tuple[dict[str, Any], str]:
+    """Start ``rwq dashboard ... --json`` on a free port; its start line and stderr once
+    stopped."""
+    proc = serving("--url", redis_url, "dashboard", P, "--port", "0", "--json", *args)
+
+    def answered(url: str) -> int:
+        try:
+            return fetch(url)[0]
+        except urllib.error.HTTPError as err:  # 401 with --auth: it answers all the same
+            return err.code
+
+    try:
+        started = json.loads(first_line(proc))
+        port = int(started["serving"].rsplit(":", 1)[1].strip("/"))
+        status = wait_for(
+            lambda: answered(f"http://127.0.0.1:{port}/static/dashboard.css"),
+            timeout=30,
+            what="the dashboard",
+        )
+        assert status in (200, 401)
+    finally:
+        _, err = stopped(proc)
+    assert proc.returncode == 0, err
+    return started, err
+
+
+def test_dashboard_exposed_with_actions_and_no_auth_warns_loudly(redis_url: str) -> None:
+    pytest.importorskip("uvicorn", reason="needs the dashboard extra")
+    started, err = _serve_dashboard(redis_url, "--host", "0.0.0.0", "--allow-actions")
+    assert started["actions"] is True and started["auth"] is False
+    warning = [line for line in err.splitlines() if line.startswith("rwq: warning:")]
+    assert len(warning) == 1, err
+    assert "0.0.0.0" in warning[0] and "--auth" in warning[0] and "flush" in warning[0]
+    assert any(" WARNING " in line and "--auth" in line for line in err.splitlines()), err
+    # With auth, or bound to loopback, no such warning.
+    for args in (
+        ("--host", "0.0.0.0", "--allow-actions", "--auth", "ops:pw-not-shown"),
+        ("--host", "127.0.0.1", "--allow-actions"),
+    ):
+        _, err = _serve_dashboard(redis_url, *args)
+        assert "--auth" not in err and "pw-not-shown" not in err, (args, err)
+
+
+def test_workers_with_unreadable_numbers_list_and_print_valid_json(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    from redis_work_queue.ops.health import heartbeat_steps  # noqa: PLC0415
+    from redis_work_queue.transport import run  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix(P))
+    fields = {"host": "box", "pid": 11, "queues": P, "started": 1.0, "completed": 2}
+    run(real_db, heartbeat_steps(queue.keys, "box:11:ok", 30_000, fields))
+    run(real_db, heartbeat_steps(queue.keys, "box:12:bad", 30_000, fields))
+    real_db.hset(
+        queue.keys.worker("box:12:bad"),
+        mapping={"pid": "inf", "completed": "1e400", "beat": "nan", "started": "-inf"},
+    )
+    result = rwq("--url", redis_url, "workers", P)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    rows = {line.split()[1]: line for line in result.stdout.splitlines()[1:]}
+    assert "box:11:ok" in rows and "unreadable" not in rows["box:11:ok"]
+    assert "unreadable: beat, completed, pid, started" in rows["box:12:bad"]
+    result = rwq("--url", redis_url, "workers", P, "--json")
+    assert result.returncode == 0, result.stderr
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON")
+
+    listed = {w["id"]: w for w in json.loads(result.stdout, parse_constant=refuse)[P]}
+    bad = listed["box:12:bad"]
+    assert (bad["pid"], bad["beat"], bad["started"], bad["completed"]) == (None, None, None, 0)
+    assert bad["unreadable"] == ["beat", "completed", "pid", "started"]
+    assert listed["box:11:ok"]["pid"] == 11 and listed["box:11:ok"]["completed"] == 2
+
+
+def test_json_output_is_strict_or_a_one_line_error(real_db: redis.Redis, redis_url: str) -> None:
+    """A number Redis holds that is not finite never reaches --json output as NaN/Infinity."""
+    queue = WorkQueue(KeyPrefix(P))
+    queue.add_item(real_db, Item(b"x"))
+    real_db.zadd(queue.keys.delayed, {"odd": float("-inf")})  # due "before all time"
+    result = rwq("--url", redis_url, "metrics", P, "--json")
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    error = json.loads(result.stderr)
+    assert error["exit"] == 1 and "not finite" in error["error"]

@@ -142,6 +142,23 @@ def test_dead_letters(cluster_db: RedisCluster) -> None:
     assert q.dead_count(cluster_db) == 0
 
 
+def test_previews_and_item_data(cluster_db: RedisCluster) -> None:
+    q = queue(max_deliveries=1)
+    q.add_items(cluster_db, [Item(b"dead data", id="d"), Item(b"waiting data", id="w")])
+    item = q.lease(cluster_db, 30, block=False)
+    assert item is not None and item.id() == "d"
+    assert q.release(cluster_db, item, reason="r")
+    assert [(p.id, p.data, p.size) for p in q.peek(cluster_db, 0, 5, preview_bytes=4)] == [
+        ("w", b"wait", 12)
+    ]
+    assert [(d.id, d.data, d.size) for d in q.dead_letters(cluster_db, 0, 5, preview_bytes=4)] == [
+        ("d", b"dead", 9)
+    ]
+    assert q.item_data(cluster_db, "w") == b"waiting data"
+    assert q.item_data(cluster_db, "d", dead=True) == b"dead data"
+    assert q.item_data(cluster_db, "d") is None
+
+
 def test_light_clean_requeues_expired_leases_and_buries(cluster_db: RedisCluster) -> None:
     q = queue(max_deliveries=2)
     q.add_items(cluster_db, [Item(b"", id="x"), Item(b"", id="y")])

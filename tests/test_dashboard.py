@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -507,3 +508,193 @@ def test_stopping_ends_the_sampler_even_when_its_cancellation_is_swallowed(
     runner.start()
     runner.join(20)
     assert not runner.is_alive(), "the dashboard did not stop"
+
+
+# Bounded reads -------------------------------------------------------------------------------
+
+BIG = 10_000_000
+
+
+def net_output(db: redis.Redis) -> int:
+    """What the server has written to its clients so far, in bytes (``INFO stats``)."""
+    return int(db.info("stats")["total_net_output_bytes"])
+
+
+def test_one_refresh_reads_a_bounded_number_of_bytes_from_redis(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """20 waiting items and 3 dead letters of 10 MB each: a refresh of the page (the page, the
+    overview and the queue's detail) makes Redis send a few kB, not 230 MB."""
+    queue = WorkQueue(KeyPrefix("big"), max_deliveries=1)
+    for n in range(3):
+        queue.add_item(real_db, Item(b"D" * BIG, id=f"dead{n}"))
+        assert queue.release(real_db, queue.lease(real_db, 30, block=False), reason="too big")
+    for n in range(20):
+        queue.add_item(real_db, Item(bytes([65 + n]) * BIG, id=f"w{n:02}"))
+    with client_for(redis_url, queues=("big",), sample_secs=3600) as client:
+        before = net_output(real_db)
+        assert client.get("/").status_code == 200
+        overview = client.get("/api/overview", params={"history": "big"})
+        detail = client.get("/api/queue", params={"name": "big"})
+        cost = net_output(real_db) - before
+        assert overview.status_code == 200 and detail.status_code == 200
+        assert cost < 200_000, f"one refresh read {cost} bytes from Redis"
+        body = detail.json()
+        assert [w["id"] for w in body["waiting"]] == [f"w{n:02}" for n in range(20)]
+        first = body["waiting"][0]["data"]
+        assert first["size"] == BIG and first["truncated"] is True
+        assert first["text"] == "A" * dash_data.PREVIEW_BYTES
+        dead = body["dead"][0]["data"]
+        assert dead["size"] == BIG and dead["truncated"] is True and len(dead["text"]) <= 256
+        # The whole value, on demand only.
+        whole = client.get("/api/data", params={"name": "big", "id": "w01"})
+        assert whole.status_code == 200 and whole.content == b"B" * BIG
+        assert whole.headers["content-type"] == "application/octet-stream"
+        assert whole.headers["content-disposition"].startswith("attachment;")
+        buried = client.get("/api/data", params={"name": "big", "id": "dead0", "dead": "1"})
+        assert buried.status_code == 200 and buried.content == b"D" * BIG
+
+
+def test_download_answers_404_for_what_is_not_there(real_db: redis.Redis, redis_url: str) -> None:
+    queue = WorkQueue(KeyPrefix("q"))
+    queue.add_item(real_db, Item(b"x", id="here"))
+    WorkQueue(KeyPrefix("hidden")).add_item(real_db, Item(b"s", id="here"))
+    with client_for(redis_url, queues=("q",)) as client:
+        assert client.get("/api/data", params={"name": "q", "id": "here"}).content == b"x"
+        assert client.get("/api/data", params={"name": "q", "id": "nope"}).status_code == 404
+        dead = client.get("/api/data", params={"name": "q", "id": "here", "dead": "1"})
+        assert dead.status_code == 404
+        hidden = client.get("/api/data", params={"name": "hidden", "id": "here"})
+        assert hidden.status_code == 404 and hidden.content != b"s"
+        assert client.get("/api/data", params={"name": "q"}).status_code == 400
+
+
+# A key of another program ----------------------------------------------------------------------
+
+
+def test_a_key_of_another_type_shows_one_broken_row(real_db: redis.Redis, redis_url: str) -> None:
+    """``app:settings:queue`` is another program's string: its row says so, the rest is shown."""
+    real_db.set("app:settings:queue", "dark mode")
+    jobs = WorkQueue(KeyPrefix("app:jobs"))
+    jobs.add_item(real_db, Item(b"j"))
+    WorkQueue(KeyPrefix("app:zzz")).add_item(real_db, Item(b"z"))
+    with client_for(redis_url, match=("app:*",)) as client:
+        reply = client.get("/api/overview", params={"history": "app:settings"})
+        assert reply.status_code == 200, reply.text
+        rows = {row["name"]: row for row in reply.json()["queues"]}
+        assert sorted(rows) == ["app:jobs", "app:settings", "app:zzz"]
+        assert rows["app:jobs"]["queued"] == 1 and rows["app:zzz"]["queued"] == 1
+        broken = rows["app:settings"]
+        assert "app:settings:queue" in broken["broken"] and "string" in broken["broken"]
+        assert broken["wrong_keys"] == [
+            {"key": "app:settings:queue", "found": "string", "expected": "list"}
+        ]
+        detail = client.get("/api/queue", params={"name": "app:settings"})
+        assert detail.status_code == 200
+        assert "app:settings:queue" in detail.json()["broken"]
+        assert client.get("/api/queue", params={"name": "app:jobs"}).json()["waiting"]
+    assert real_db.get("app:settings:queue") == b"dark mode"
+
+
+# Host checks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.2", "127.0.0.1", "[::1]"])
+def test_a_loopback_dashboard_answers_loopback_host_names_with_its_port_only(
+    redis_url: str, bound: str
+) -> None:
+    app = create_app(DashboardSettings(url=redis_url, queues=("q",), loopback_only=True))
+    with TestClient(app, base_url=f"http://{bound}:8765") as client:
+        for host in (
+            "127.0.0.2:8765",
+            "127.1:8765",
+            "localhost:8765",
+            "[::1]:8765",
+            "LOCALHOST:8765",
+        ):
+            reply = client.get("/", headers={"Host": host})
+            assert reply.status_code == 200, host
+            assert 'name="csrf-token"' in reply.text
+        for host in (
+            "evil.example:8765",
+            "evil.example",
+            "127.0.0.2.evil.example:8765",
+            "127.0.0.2:9999",
+            "localhost",
+            "10.0.0.1:8765",
+            "0.0.0.0:8765",
+            "[::2]:8765",
+            "",
+        ):
+            reply = client.get("/", headers={"Host": host})
+            assert reply.status_code == 400, host
+            assert "csrf" not in reply.text
+            assert client.get("/api/overview", headers={"Host": host}).status_code == 400
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "127.1"])
+def test_rwq_dashboard_on_any_loopback_address_refuses_other_host_names(
+    real_db: redis.Redis, redis_url: str, tmp_path: Path, host: str
+) -> None:
+    import httpx  # noqa: PLC0415
+
+    from dashboard_support import start_dashboard  # noqa: PLC0415
+
+    WorkQueue(KeyPrefix("q")).add_item(real_db, Item(b"x"))
+    dashboard = start_dashboard(redis_url, "q", "--allow-actions", workdir=tmp_path, host=host)
+    try:
+        ok = httpx.get(dashboard.url, timeout=10)
+        assert ok.status_code == 200 and 'name="csrf-token"' in ok.text
+        for name in ("evil.example", f"evil.example:{dashboard.port}", f"{host}:1"):
+            rebound = httpx.get(dashboard.url, headers={"Host": name}, timeout=10)
+            assert rebound.status_code == 400, name
+            assert "csrf" not in rebound.text
+    finally:
+        dashboard.stop()
+
+
+# Refresh interval and worker rows ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5.0, 0.0, 0.1, 3_000_000.0])
+def test_the_refresh_interval_is_bounded(bad: float) -> None:
+    from redis_work_queue.errors import InvalidArgumentError  # noqa: PLC0415
+
+    with pytest.raises(InvalidArgumentError, match="refresh_secs"):
+        DashboardSettings(url="redis://127.0.0.1:1/0", refresh_secs=bad)
+
+
+def test_workers_with_unreadable_numbers_are_shown_as_such(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix("q"))
+    fields = {"host": "box", "pid": 7, "queues": "q", "started": 1.0, "completed": 3}
+    run(real_db, heartbeat_steps(queue.keys, "box:7:good", 30_000, fields))
+    run(real_db, heartbeat_steps(queue.keys, "box:8:bad", 30_000, fields))
+    real_db.hset(
+        queue.keys.worker("box:8:bad"),
+        mapping={"pid": "inf", "completed": "1e400", "beat": "nan", "failed": "-2", "lost": "x"},
+    )
+    real_db.zadd(queue.keys.workers, {"box:9:forever": float("inf")})
+    real_db.hset(queue.keys.worker("box:9:forever"), mapping={"host": "b", "pid": "1.5"})
+    with client_for(redis_url, queues=("q",)) as client:
+        reply = client.get("/api/queue", params={"name": "q"})
+    assert reply.status_code == 200, reply.text
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON")
+
+    workers = {w["id"]: w for w in json.loads(reply.text, parse_constant=refuse)["workers"]}
+    assert workers["box:7:good"]["pid"] == 7 and workers["box:7:good"]["unreadable"] == []
+    bad = workers["box:8:bad"]
+    assert (bad["pid"], bad["beat"], bad["completed"], bad["failed"], bad["lost"]) == (
+        None,
+        None,
+        0,
+        0,
+        0,
+    )
+    assert sorted(bad["unreadable"]) == ["beat", "completed", "failed", "lost", "pid"]
+    forever = workers["box:9:forever"]
+    assert forever["lapses"] is None and forever["pid"] is None
+    assert {"lapses", "pid"} <= set(forever["unreadable"])

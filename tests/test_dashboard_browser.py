@@ -308,3 +308,95 @@ def test_live_worker_and_its_failure_traceback(
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait(timeout=5)
+
+
+def test_a_big_item_shows_a_bounded_preview_and_downloads_whole(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    queue = WorkQueue(KeyPrefix("bulk"), max_deliveries=1)
+    make_dead(real_db, queue, "dead-big", "ValueError: too big")
+    real_db.hset(queue.keys.dead_item("dead-big"), "data", b"d" * 300_000)
+    queue.add_item(real_db, Item(b"x" * 2_000_000, id="big"))
+    queue.add_item(real_db, Item(b"small one", id="small"))
+    dash = dashboards(redis_url, "bulk")
+    driver.get(dash.url)
+    wait_for(lambda: text_of(driver, "#waiting tbody tr[data-id='big']"), WAIT, "the big row")
+    shown = text_of(driver, "#waiting tr[data-id='big'] .data") or ""
+    assert shown.startswith("x" * 256) and shown.endswith("\u2026") and len(shown) < 300
+    assert "2,000,000 bytes" in (text_of(driver, "#waiting tr[data-id='big'] a.download") or "")
+    assert (text_of(driver, "#waiting tr[data-id='small'] .data") or "") == "small one"
+
+    def downloaded(selector: str) -> int:
+        size: int = driver.execute_async_script(
+            """
+            const done = arguments[arguments.length - 1];
+            const link = document.querySelector(arguments[0]);
+            fetch(link.href, { credentials: "same-origin" })
+              .then((r) => r.arrayBuffer())
+              .then((b) => done(b.byteLength), () => done(-1));
+            """,
+            selector,
+        )
+        return size
+
+    driver.set_script_timeout(30)
+    assert downloaded("#waiting tr[data-id='big'] a.download") == 2_000_000
+    assert downloaded("#dead tr[data-id='dead-big'] a.download") == 300_000
+    name = by_css(driver, "#waiting tr[data-id='big'] a.download").get_attribute("download")
+    assert name == "big.bin"
+
+
+def test_a_key_of_another_program_is_one_broken_row(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    real_db.set("app:settings:queue", "dark mode")
+    jobs = WorkQueue(KeyPrefix("app:jobs"))
+    jobs.add_item(real_db, Item(b"one"))
+    jobs.add_item(real_db, Item(b"two"))
+    dash = dashboards(redis_url, "--match", "app:*")
+    driver.get(dash.url)
+    expected = {k: getattr(jobs.stats(real_db), k) for k in COUNTS}
+    wait_for(lambda: shown_counts(driver, "app:jobs") == expected, WAIT, "the counts")
+    row = "#queues tr[data-queue='app:settings']"
+    wait_for(lambda: text_of(driver, row), WAIT, "the broken row")
+    text = text_of(driver, row) or ""
+    assert "app:settings:queue" in text and "string" in text
+    assert "broken" in (by_css(driver, row).get_attribute("class") or "")
+    assert not by_css(driver, "#banner").is_displayed()
+    assert text_of(driver, "#detail-name") == "app:jobs"  # the first queue that works
+    click(driver, row)
+    wait_for(lambda: "app:settings:queue" in (text_of(driver, "#broken") or ""), WAIT, "detail")
+    assert not by_css(driver, "#banner").is_displayed()
+
+
+def test_a_worker_registration_with_unreadable_numbers_is_shown_as_such(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    from redis_work_queue.ops.health import heartbeat_steps  # noqa: PLC0415
+    from redis_work_queue.transport import run  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix("reg"))
+    queue.add_item(real_db, Item(b"x"))
+    fields = {"host": "box", "pid": 5, "queues": "reg", "started": 1.0, "completed": 4}
+    run(real_db, heartbeat_steps(queue.keys, "box:5:ok", 60_000, fields))
+    run(real_db, heartbeat_steps(queue.keys, "box:6:odd", 60_000, fields))
+    real_db.hset(
+        queue.keys.worker("box:6:odd"), mapping={"pid": "inf", "completed": "1e400", "beat": "nan"}
+    )
+    dash = dashboards(redis_url, "reg")
+    driver.get(dash.url)
+    wait_for(lambda: "box:6:odd" in (text_of(driver, "#workers tbody") or ""), WAIT, "the row")
+    rows = {
+        cells[0]: cells
+        for cells in driver.execute_script(
+            """
+            return Array.from(document.querySelectorAll("#workers tbody tr")).map(
+              (r) => Array.from(r.cells).map((c) => c.textContent));
+            """
+        )
+    }
+    odd = rows["box:6:odd"]
+    assert (odd[2], odd[4], odd[5]) == ("?", "?", "0")
+    assert odd[8] == "unreadable: beat, completed, pid"
+    assert rows["box:5:ok"][2] == "5" and rows["box:5:ok"][5] == "4" and rows["box:5:ok"][8] == ""
+    assert not by_css(driver, "#banner").is_displayed()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -196,6 +197,41 @@ def test_dead_letters_pages_oldest_first(db: redis.Redis) -> None:
         seen.extend(d.id for d in page)
         start += len(page)
     assert seen == ids
+
+
+def test_dead_letters_with_a_preview_cut_the_data_and_give_the_whole_size(
+    db: redis.Redis, queue_kind: Callable[..., WorkQueue]
+) -> None:
+    queue = queue_kind(KeyPrefix(P), max_deliveries=1)
+    datas = {"small": b"tiny", "big": b"\x01\x02" * 5000, "none": b""}
+    for item_id, data in datas.items():
+        queue.add_item(db, Item(data, id=item_id))
+        assert queue.release(db, lease_now(db, queue), reason=f"r-{item_id}")
+        time.sleep(0.002)  # buried a few ms apart: their order is strict
+    page = queue.dead_letters(db, 0, 10, preview_bytes=6)
+    assert [(d.id, d.data, d.size, d.truncated) for d in page] == [
+        ("small", b"tiny", 4, False),
+        ("big", b"\x01\x02" * 3, 10_000, True),
+        ("none", b"", 0, False),
+    ]
+    assert [d.reason for d in page] == ["r-small", "r-big", "r-none"]
+    assert [d.deliveries for d in page] == [1, 1, 1]
+    whole = queue.dead_letters(db)
+    assert [(d.data, d.size, d.truncated) for d in whole] == [
+        (data, len(data), False) for data in datas.values()
+    ]
+    assert [d.died_at for d in whole] == [d.died_at for d in page]
+    assert [(d.data, d.size) for d in queue.dead_letters(db, -2, 1, preview_bytes=0)] == [
+        (b"", 10_000)
+    ]
+    # The whole data of one dead letter, on demand; a cut record cannot become an item.
+    assert queue.item_data(db, "big", dead=True) == datas["big"]
+    assert queue.item_data(db, "big") is None  # no live item of that id
+    assert queue.item_data(db, "nope", dead=True) is None
+    with pytest.raises(InvalidArgumentError, match="preview_bytes"):
+        page[1].item()
+    assert page[0].item().data() == b"tiny"
+    assert whole[1].item().data() == datas["big"]
 
 
 @pytest.mark.parametrize("bad", [(0, 0), (0, -1), ("0", 1), (0, 1.5), (True, 1)])

@@ -103,6 +103,76 @@ def test_peek_shows_leftover_ids_without_data(db: redis.Redis, queue: WorkQueue)
     assert queue.peek(db) == []
 
 
+def test_peek_with_a_preview_cuts_the_data_and_gives_the_whole_size(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    datas = [b"", b"abc", b"exactly8", b"\x00\xff" * 150, "é".encode() * 10]
+    queue.add_items(db, [Item(d, id=f"p{n}") for n, d in enumerate(datas)])
+    queue.add_item(db, Item(b"soon gone", id="gone"))
+    assert queue.complete(db, Item(b"", id="gone"))  # its id stays in the queue, without data
+    page = queue.peek(db, 0, 10, preview_bytes=8)
+    assert [(p.id, p.data, p.size, p.truncated) for p in page] == [
+        ("p0", b"", 0, False),
+        ("p1", b"abc", 3, False),
+        ("p2", b"exactly8", 8, False),
+        ("p3", b"\x00\xff" * 4, 300, True),
+        ("p4", "é".encode() * 4, 20, True),
+        ("gone", None, None, False),
+    ]
+    sizes = queue.peek(db, 0, 10, preview_bytes=0)
+    assert [(p.data, p.size) for p in sizes[:5]] == [(b"", len(d)) for d in datas]
+    whole = queue.peek(db, 0, 10)
+    assert [(p.data, p.size, p.truncated) for p in whole[:5]] == [(d, len(d), False) for d in datas]
+    assert queue.peek(db, -2, 1, preview_bytes=2) == [QueuedItem(4, "p4", b"\xc3\xa9", 20)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "8", True])
+def test_preview_bytes_must_be_an_int_of_at_least_zero(
+    db: redis.Redis, queue: WorkQueue, bad: Any
+) -> None:
+    _add(db, queue, 1)
+    with pytest.raises(InvalidArgumentError, match="preview_bytes"):
+        queue.peek(db, 0, 1, preview_bytes=bad)
+    with pytest.raises(InvalidArgumentError, match="preview_bytes"):
+        queue.dead_letters(db, 0, 1, preview_bytes=bad)
+
+
+def test_item_data_reads_one_whole_value(db: redis.Redis, queue: WorkQueue) -> None:
+    big = bytes(range(256)) * 40
+    queue.add_item(db, Item(big, id="big"))
+    queue.add_item(db, Item(b"", id="empty"))
+    assert queue.item_data(db, "big") == big
+    assert queue.item_data(db, "empty") == b""
+    assert queue.item_data(db, "nope") is None
+    assert queue.item_data(db, "big", dead=True) is None  # not a dead letter
+    held = queue.lease(db, 30, block=False)
+    assert held is not None and held.id() == "big"
+    assert queue.item_data(db, "big") == big  # leased items too
+    with pytest.raises(InvalidArgumentError, match="item_id"):
+        queue.item_data(db, 7)  # type: ignore[arg-type]
+
+
+def test_a_preview_reads_a_bounded_number_of_bytes(real_db: redis.Redis) -> None:
+    """Measured by the server: what it wrote to clients while answering the peek."""
+    queue = WorkQueue(KeyPrefix("insp-big"))
+    queue.add_items(real_db, [Item(bytes([n]) * 1_000_000, id=f"b{n}") for n in range(20)])
+
+    def sent() -> int:
+        return int(real_db.info("stats")["total_net_output_bytes"])
+
+    before = sent()
+    page = queue.peek(real_db, 0, 20, preview_bytes=100)
+    cost = sent() - before
+    assert [(p.data, p.size) for p in page] == [(bytes([n]) * 100, 1_000_000) for n in range(20)]
+    assert cost < 20_000, cost
+    before = sent()
+    assert queue.item_data(real_db, "b3") == b"\x03" * 1_000_000
+    assert 1_000_000 <= sent() - before < 1_010_000
+    before = sent()
+    assert len(queue.peek(real_db, 0, 20)) == 20
+    assert sent() - before > 20_000_000  # without a preview: every value whole
+
+
 @pytest.mark.parametrize(("start", "count"), [(0, 0), (0, -1), (1.0, 5), (0, 2.5), (None, 1)])
 def test_page_arguments_are_checked(
     db: redis.Redis, queue: WorkQueue, start: Any, count: Any

@@ -161,6 +161,8 @@ def test_the_whole_sync_api_runs_as_the_user(
         a.add_unique_item_to_pipeline(pipe, Item(b"8", id="i8"))
         pipe.execute()
     assert len(a.peek(db, 0, 10)) == 7
+    assert [p.data for p in a.peek(db, 0, 2, preview_bytes=0)] == [b"", b""]
+    assert a.item_data(db, "i1") == b"1"
     assert a.stats(db).queued == 7 and a.queue_len(db) == 7
 
     first = a.lease(db, 30, block=False)
@@ -207,6 +209,8 @@ def test_the_whole_sync_api_runs_as_the_user(
         assert item is not None and item.id() == "dead"
         a.release(db, item, reason="boom")
     assert a.dead_count(db) == 1 and a.dead_letters(db)[0].reason == "boom"
+    assert a.dead_letters(db, 0, 1, preview_bytes=0)[0].size == 1
+    assert a.item_data(db, "dead", dead=True) == b"d"
     assert a.requeue_dead(db) == 1
     item = a.lease(db, 30, block=False)
     assert item is not None
@@ -291,6 +295,8 @@ async def exercise_async(db: aredis.Redis, admin: redis.Redis, server: Proc) -> 
         await pipe.execute()
     assert (await a.stats(db)).queued == 4
     assert len(await a.peek(db)) == 4
+    assert [p.size for p in await a.peek(db, 0, 1, preview_bytes=0)] == [1]
+    assert await a.item_data(db, "i1") == b"1"
     first = await a.lease(db, 30, block=False)
     assert first is not None
     assert await a.renew(db, first, 30)
@@ -323,6 +329,8 @@ async def exercise_async(db: aredis.Redis, admin: redis.Redis, server: Proc) -> 
         assert item is not None
         await a.release(db, item, reason="boom")
     assert await a.dead_count(db) == 1 and (await a.dead_letters(db))[0].id == "dead"
+    assert (await a.dead_letters(db, 0, 1, preview_bytes=0))[0].size == 1
+    assert await a.item_data(db, "dead", dead=True) == b"d"
     assert await a.requeue_dead(db, ["dead"]) == 1
     assert await a.processing(db) == 0
     for _ in range(2):

@@ -186,10 +186,14 @@ class AsyncWorkQueue(QueueBase):
         return await arun(db, self.ops.deep_clean(progress))
 
     async def dead_letters(
-        self, db: AsyncClient, start: int = 0, count: int = 100
+        self,
+        db: AsyncClient,
+        start: int = 0,
+        count: int = 100,
+        preview_bytes: int | None = None,
     ) -> list[DeadLetter]:
         """See :meth:`WorkQueue.dead_letters`."""
-        return await arun(db, self.ops.dead_letters(start, count))
+        return await arun(db, self.ops.dead_letters(start, count, preview_bytes))
 
     async def dead_count(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.dead_count`."""
@@ -216,9 +220,19 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.counts`."""
         return await arun(db, self.ops.counts())
 
-    async def peek(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[QueuedItem]:
+    async def peek(
+        self,
+        db: AsyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[QueuedItem]:
         """See :meth:`WorkQueue.peek`."""
-        return await arun(db, self.ops.peek(start, count))
+        return await arun(db, self.ops.peek(start, count, preview_bytes))
+
+    async def item_data(self, db: AsyncClient, item_id: str, dead: bool = False) -> bytes | None:
+        """See :meth:`WorkQueue.item_data`."""
+        return await arun(db, self.ops.item_data(item_id, dead))
 
     async def pending(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
         """See :meth:`WorkQueue.pending`."""

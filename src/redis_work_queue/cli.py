@@ -43,6 +43,7 @@ from .extras import extra_needed
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
 from .results import CleanProgress, CleanReport
+from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
 from .workqueue import WorkQueue
 
 EXIT_OK = 0
@@ -76,7 +77,15 @@ class Failure(Exception):
 
 
 def _json_out(value: Any) -> None:
-    print(json.dumps(value))
+    # Strict JSON: a NaN or an infinity (which json.dumps would write as NaN or Infinity, that
+    # JSON parsers refuse) is a one-line error (exit 1) rather than invalid output.
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except ValueError as err:
+        raise Failure(
+            EXIT_FAILED, f"a number read from Redis is not finite, so not JSON ({err})"
+        ) from err
+    print(text)
 
 
 def _warn(message: str) -> None:
@@ -348,6 +357,10 @@ def _flush(args: argparse.Namespace, db: Any) -> int:
     return EXIT_OK
 
 
+#: Bytes of each dead letter's data ``rwq dead-letters`` reads to show its first characters.
+LISTING_PREVIEW_BYTES = 1024
+
+
 def _preview(data: bytes, width: int = 40) -> str:
     text = data.decode("utf-8", "backslashreplace")
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -391,7 +404,9 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
     queue = _queue(args, args.queue)
     if args.requeue is not None or args.purge is not None:
         return _dead_action(args, db, queue)
-    page = queue.dead_letters(db, args.start, args.count)
+    # The listing shows the first characters of each: a preview is read, not the whole data.
+    preview = None if args.json else LISTING_PREVIEW_BYTES
+    page = queue.dead_letters(db, args.start, args.count, preview_bytes=preview)
     total = queue.dead_count(db)
     if not total:
         _warn_missing(db, [args.queue])
@@ -400,6 +415,7 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
             {
                 "id": d.id,
                 "data": d.data.decode("utf-8", "backslashreplace"),
+                "size": d.size,
                 "deliveries": d.deliveries,
                 "reason": d.reason,
                 "died_at": d.died_at,
@@ -475,26 +491,32 @@ def _workers(args: argparse.Namespace, db: Any) -> int:
     if args.json:
         _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK
-    header = ("queue", "worker", "pid", "beat", "completed", "failed", "lost")
+    header = ["queue", "worker", "pid", "beat", "completed", "failed", "lost"]
+    # A registration holding numbers that cannot be read (see WorkerInfo) says which: "?" in
+    # their cells and a note naming them.
+    noted = any(w.unreadable for rows in found.values() for w in rows)
+    if noted:
+        header.append("note")
     table = [header]
     now = time.time()
     for name, rows in found.items():
         for w in rows:
-            beat = f"{max(now - w.beat, 0):.1f}s ago"
-            table.append(
-                (name, w.id, str(w.pid), beat, str(w.completed), str(w.failed), str(w.lost))
-            )
+            beat = "?" if w.beat is None else f"{max(now - w.beat, 0):.1f}s ago"
+            pid = "?" if w.pid is None else str(w.pid)
+            row = [name, w.id, pid, beat, str(w.completed), str(w.failed), str(w.lost)]
+            if noted:
+                row.append(f"unreadable: {', '.join(w.unreadable)}" if w.unreadable else "")
+            table.append(row)
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print(line.rstrip())
     if len(table) == 1:
         print("no live workers")
     return EXIT_OK
 
 
 DASHBOARD_AUTH_ENV = "RWQ_DASHBOARD_AUTH"
-#: Bound to one of these, the dashboard answers requests for these host names only.
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def _dashboard(args: argparse.Namespace, db: Any) -> int:
@@ -512,11 +534,17 @@ def _dashboard(args: argparse.Namespace, db: Any) -> int:
         if not sep or not user or not password:
             raise Failure(EXIT_USAGE, "--auth (or $RWQ_DASHBOARD_AUTH) must be USER:PASSWORD")
         auth = (user, password)
+    from .dashboard.app import is_loopback  # noqa: PLC0415
     from .keyprefix import check_queue_name  # noqa: PLC0415
 
     for name in args.queues:
         check_queue_name(name)
     match = tuple(args.match) if args.match else (() if args.queues else ("*",))
+    listener = _listen(args.host, args.port)  # bound before the URL is shown (port 0: any)
+    bound, port = listener.getsockname()[:2]
+    # Bound to a loopback address (whatever the spelling of --host: 127.0.0.2, 127.1, a name),
+    # the dashboard answers only requests naming a loopback address or localhost, with its port.
+    loopback = is_loopback(bound)
     settings = DashboardSettings(
         url=where.url or "",
         queues=tuple(args.queues),
@@ -524,13 +552,13 @@ def _dashboard(args: argparse.Namespace, db: Any) -> int:
         allow_actions=args.allow_actions,
         auth=auth,
         refresh_secs=args.refresh_secs,
-        allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK_NAMES else None,
+        loopback_only=loopback,
     )
     mode = "actions enabled" if args.allow_actions else "read-only"
-    listener = _listen(args.host, args.port)  # bound before the URL is shown (port 0: any)
-    port = listener.getsockname()[1]
     shown = args.host.strip("[]")
     url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
+    if not loopback and auth is None:
+        _exposed(args.host, port, args.allow_actions)
     if args.json:
         _json_out({"serving": url, "actions": args.allow_actions, "auth": auth is not None})
     else:
@@ -540,6 +568,25 @@ def _dashboard(args: argparse.Namespace, db: Any) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     serve(settings, host=args.host, port=port, sock=listener)
     return EXIT_OK
+
+
+def _exposed(host: str, port: int, actions: bool) -> None:
+    """Warn that the dashboard serves beyond this machine without authentication.
+
+    Loudly: a WARNING log line and a line on stderr.
+    """
+    what = (
+        "read the queues and requeue, purge, clean and flush them"
+        if actions
+        else "read the queues and their items' data"
+    )
+    message = (
+        f"the dashboard listens on {host}:{port} (not a loopback address) without "
+        f"authentication: anyone who can reach it can {what}. Pass --auth USER:PASSWORD (or set "
+        f"${DASHBOARD_AUTH_ENV}), or bind 127.0.0.1"
+    )
+    logger.warning("%s", message)
+    _warn(message)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -588,6 +635,13 @@ def _seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
     return value
+
+
+def _refresh_secs(text: str) -> float:
+    try:
+        return check_refresh_secs(text, "the refresh interval")
+    except InvalidArgumentError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _port(text: str) -> int:
@@ -817,7 +871,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="require HTTP basic auth (default: $RWQ_DASHBOARD_AUTH, if set)",
     )
     p.add_argument(
-        "--refresh-secs", type=float, default=2.0, help="page refresh interval (default 2)"
+        "--refresh-secs",
+        type=_refresh_secs,
+        default=2.0,
+        metavar="SECS",
+        help=f"page refresh interval, {MIN_REFRESH_SECS:g} to {MAX_REFRESH_SECS:g} (default 2)",
     )
     p.set_defaults(func=_dashboard)
 
@@ -845,6 +903,17 @@ def _report(code: int, message: str, as_json: bool) -> int:
     return code
 
 
+class _MaskingFormatter(logging.Formatter):
+    """The command's log format, each line passed through :func:`~.connect.mask`.
+
+    A URL that reaches a log line (from this package or a library) shows no password.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record formatted, masked."""
+        return mask(super().format(record))
+
+
 def _queues_of(args: argparse.Namespace) -> list[str]:
     if getattr(args, "queues", None):
         return list(args.queues)
@@ -854,10 +923,9 @@ def _queues_of(args: argparse.Namespace) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rwq`` and return its exit code."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     db: Any = None
     where = "Redis"
     try:
@@ -878,7 +946,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return func(args, db)
         except BaseException:
             if args.verbose:
-                traceback.print_exc()
+                print(mask(traceback.format_exc()), end="", file=sys.stderr)
             raise
     except (KeyboardInterrupt, WorkQueueError, redis.RedisError, Failure) as err:
         return _handle(err, args, db, where)

@@ -16,21 +16,59 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
 from .errors import InvalidArgumentError
 
 PASSWORD_ENV = "REDIS_PASSWORD"
-_USERINFO = re.compile(r"(?P<scheme>[a-z+]+://)(?P<user>[^:@/]*):(?P<password>[^@/]*)@")
+#: A URL in a text: its scheme (any case) and everything up to the next white space.
+_URL = re.compile(r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<rest>\S*)")
+#: A query parameter that carries a password (``password=``, ``sentinel_password=``...): its
+#: value runs to the next ``&`` or ``#``.
+_QUERY_PASSWORD = re.compile(r"(?i)(?P<name>[?&][^=&#]*password[^=&#]*=)(?P<value>[^&#]*)")
+#: Characters that may close the text around a URL (a quote, a bracket, a comma): kept.
+_CLOSERS = "'\",;)]}>"
+HIDDEN = "***"
 
 
 def mask(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    """``text`` with the password of every URL in it replaced by ``***``.
+
+    The one function every message, log line and repr of the package passes a URL through.
+    It hides the user information of each URL up to its last ``@`` (keeping a user name
+    before a ``:``), so that a password holding a raw ``@``, ``:`` or ``/`` is hidden whole,
+    and the value of every query parameter whose name holds ``password``. URLs are found by
+    their scheme in any case (``redis``, ``rediss``, ``unix``, ``redis+sentinel``...) and end
+    at white space; a password with white space in it must be percent-encoded.
+
+    Args:
+        text: Any text: a URL, a message, a repr; several URLs are each masked.
+
+    Returns:
+        The text with the passwords replaced; unchanged when it holds none.
+    """
+    return _URL.sub(_mask_url, text)
+
+
+def _mask_url(found: re.Match[str]) -> str:
+    rest = _QUERY_PASSWORD.sub(_mask_query_value, found["rest"])
+    userinfo, at, after = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        shown = f"{user}:" if colon and not any(c in user for c in "/?#") else ""
+        rest = f"{shown}{HIDDEN}@{after}"
+    return found["scheme"] + rest
+
+
+def _mask_query_value(found: re.Match[str]) -> str:
+    value = found["value"]
+    kept = len(value) - len(value.rstrip(_CLOSERS))
+    return found["name"] + (HIDDEN if value else "") + (value[-kept:] if kept else "")
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -116,7 +154,7 @@ def target(
     if url and "+sentinel://" in url:
         if found_sentinels:
             raise InvalidArgumentError("give sentinels by --sentinel or in the URL, not both")
-        parts = urlsplit(url)
+        parts = _split(url)
         hosts = parts.netloc.rpartition("@")[2]
         found_sentinels = [parse_address(h) for h in hosts.split(",") if h]
         path = [p for p in parts.path.split("/") if p]
@@ -142,7 +180,7 @@ def target(
         db = 0
         tls = False
         if url:
-            parts = urlsplit(url)
+            parts = _split(url)
             user = unquote(parts.username) if parts.username else None
             secret = unquote(parts.password) if parts.password else None
             db = _db(parts.path.strip("/") or "0")
@@ -156,7 +194,7 @@ def target(
             "no Redis to connect to: pass --url (or set REDIS_URL), --sentinel HOST:PORT "
             "--master NAME, or --cluster --url redis://NODE:PORT"
         )
-    parts = urlsplit(url)
+    parts = _split(url)
     scheme = parts.scheme
     if scheme in ("redis+cluster", "rediss+cluster"):
         cluster = True
@@ -183,6 +221,33 @@ def target(
         query["ssl_ca_certs"] = [ca]
         url = urlunsplit((*urlsplit(url)[:3], urlencode(query, doseq=True), parts.fragment))
     return Target(url, cluster, (), None, tls, secret, user, 0, ca)
+
+
+def _split(url: str) -> SplitResult:
+    """``url`` split, once its user information is known to end where a parser ends it.
+
+    A raw ``/``, ``?`` or ``#`` in a password ends the host part early: the rest of the
+    password would be read as the port, the path or the query (and shown in their errors).
+
+    Raises:
+        InvalidArgumentError: The URL's port is not a number, or an ``@`` follows the host
+            part (the message names the fix, and shows the URL masked).
+    """
+    parts = urlsplit(url)
+    unix = parts.scheme.lower() == "unix"
+    port_ok = True
+    if not unix and "+sentinel" not in parts.scheme.lower():  # hosts of Sentinel: parse_address
+        try:
+            _ = parts.port  # a ValueError (naming the text it read) when it is not a port
+        except ValueError:
+            port_ok = False
+    if not port_ok or (not unix and "@" in parts.path + parts.fragment):
+        raise InvalidArgumentError(
+            f"bad Redis URL {mask(url)!r}: the port is not a port number, or the password holds a "
+            "raw '/', '?' or '#' (which ends the host part): percent-encode the password "
+            "(%2F for '/', %3F for '?', %23 for '#', %40 for '@')"
+        )
+    return parts
 
 
 def _ca_cert(path: str | None, tls: bool) -> str | None:
@@ -251,3 +316,5 @@ def connect(where: Target, timeout: float, **options: Any) -> Any:
         return redis.Redis.from_url(where.url, **common)
     except ValueError as err:
         raise InvalidArgumentError(f"bad Redis URL {where.describe()!r}: {mask(str(err))}") from err
+    except RedisClusterException as err:  # no node answered: Redis cannot be reached
+        raise redis.ConnectionError(mask(str(err))) from err

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .item import Item
 
 
@@ -29,6 +30,10 @@ class QueueStats:
     dead: int
 
 
+#: A record's ``size`` when it is not given: the length of its ``data``.
+SIZE_OF_DATA = -1
+
+
 @dataclass(frozen=True)
 class QueuedItem:
     """An item waiting in the main queue, as seen by :meth:`WorkQueue.peek`.
@@ -36,12 +41,25 @@ class QueuedItem:
     Attributes:
         position: 0 for the next item to be leased, 1 for the one after, and so on.
         id: The item's id.
-        data: Its data, or None when the id is a leftover of an item that no longer exists.
+        data: Its data (its first ``preview_bytes`` bytes when the peek asked for a preview), or
+            None when the id is a leftover of an item that no longer exists.
+        size: The length of its whole data in bytes, or None when there is none; when not
+            given, the length of ``data``.
     """
 
     position: int
     id: str
     data: bytes | None
+    size: int | None = SIZE_OF_DATA
+
+    def __post_init__(self) -> None:
+        if self.size == SIZE_OF_DATA:
+            object.__setattr__(self, "size", None if self.data is None else len(self.data))
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``data`` is a preview: a part of the item's data only."""
+        return self.data is not None and self.size is not None and self.size > len(self.data)
 
 
 @dataclass(frozen=True)
@@ -88,10 +106,12 @@ class DeadLetter:
 
     Attributes:
         id: The item's id.
-        data: The item's data.
+        data: The item's data (its first ``preview_bytes`` bytes when the listing asked for a
+            preview).
         deliveries: How many times it was handed out.
         reason: The reason given with its last release, or ``"lease expired"``.
         died_at: When it was moved to the dead-letter store (seconds since the epoch).
+        size: The length of its whole data in bytes; when not given, the length of ``data``.
     """
 
     id: str
@@ -99,9 +119,31 @@ class DeadLetter:
     deliveries: int
     reason: str
     died_at: float
+    size: int = SIZE_OF_DATA
+
+    def __post_init__(self) -> None:
+        if self.size == SIZE_OF_DATA:
+            object.__setattr__(self, "size", len(self.data))
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``data`` is a preview: a part of the dead letter's data only."""
+        return self.size > len(self.data)
 
     def item(self) -> Item:
-        """The dead letter as an :class:`Item` (same id and data)."""
+        """The dead letter as an :class:`Item` (same id and data).
+
+        Raises:
+            InvalidArgumentError: ``data`` is a preview (see :attr:`truncated`): read the whole
+                data with ``item_data(db, id, dead=True)``, or list the dead letters without
+                ``preview_bytes``.
+        """
+        if self.truncated:
+            raise InvalidArgumentError(
+                f"dead letter {self.id!r} was read with preview_bytes: its data holds "
+                f"{len(self.data)} of {self.size} bytes. Read it whole with "
+                "item_data(db, id, dead=True), or dead_letters() without preview_bytes"
+            )
         return Item(self.data, id=self.id)
 
 
@@ -202,32 +244,38 @@ ProgressCallback = Callable[[CleanProgress], None]
 class WorkerInfo:
     """A live worker of a queue, as its last heartbeat described it.
 
+    A registration is read defensively: a number that is missing, not finite or out of its
+    range (another program wrote the hash, or it was edited by hand) is None (pid and times) or 0
+    (counts), and a field that held such a number is named in ``unreadable``.
+
     Attributes:
         id: The worker's id (``host:pid:random``).
         host: The host it runs on.
-        pid: Its process id.
+        pid: Its process id, or None.
         queues: The queues it serves, highest priority first.
-        started: When it started (Unix time, seconds).
-        beat: When it last beat (Unix time, seconds, server clock).
-        lapses: When its registration lapses unless it beats again (Unix time, seconds).
+        started: When it started (Unix time, seconds), or None.
+        beat: When it last beat (Unix time, seconds, server clock), or None.
+        lapses: When its registration lapses unless it beats again (Unix time, seconds), or None.
         completed: Items it completed so far.
         failed: Items whose handler failed (timeouts included).
         lost: Items it lost (completed elsewhere, or whose lease it could not renew).
+        unreadable: The fields that held something other than a number in range, sorted.
     """
 
     id: str
     host: str
-    pid: int
+    pid: int | None
     queues: tuple[str, ...]
-    started: float
-    beat: float
-    lapses: float
+    started: float | None
+    beat: float | None
+    lapses: float | None
     completed: int
     failed: int
     lost: int
+    unreadable: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """The worker as a JSON-ready dict."""
+        """The worker as a JSON-ready dict (never NaN nor an infinity: those fields are None)."""
         return {
             "id": self.id,
             "host": self.host,
@@ -239,4 +287,5 @@ class WorkerInfo:
             "completed": self.completed,
             "failed": self.failed,
             "lost": self.lost,
+            "unreadable": list(self.unreadable),
         }

@@ -14,6 +14,10 @@ from .item import Item
 
 #: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
 MAX_SECS = 10**9
+#: The bounds of the dashboard page's refresh interval, in seconds: faster polls Redis nonstop,
+#: slower is no longer a live view.
+MIN_REFRESH_SECS = 0.5
+MAX_REFRESH_SECS = 3600.0
 
 
 def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
@@ -131,3 +135,64 @@ def check_page(start: int, count: int) -> None:
         raise InvalidArgumentError(f"start must be an int, got {start!r}")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+
+
+def check_preview(preview_bytes: int | None) -> int:
+    """Validate ``preview_bytes`` of a listing: None (whole data) or an int of at least 0.
+
+    Returns:
+        The bound as the scripts take it: -1 for the whole data.
+
+    Raises:
+        InvalidArgumentError: It is neither.
+    """
+    if preview_bytes is None:
+        return -1
+    if isinstance(preview_bytes, bool) or not isinstance(preview_bytes, int) or preview_bytes < 0:
+        raise InvalidArgumentError(
+            f"preview_bytes must be None (the whole data) or an int >= 0, got {preview_bytes!r}"
+        )
+    return preview_bytes
+
+
+def check_item_id(item_id: object) -> str:
+    """Validate an item id given alone (as to ``item_data``).
+
+    Raises:
+        InvalidArgumentError: It is not a str.
+    """
+    if not isinstance(item_id, str):
+        raise InvalidArgumentTypeError(f"item_id must be a str, not {type(item_id).__name__}")
+    return item_id
+
+
+def check_refresh_secs(value: float | str, name: str = "refresh_secs") -> float:
+    """Validate how often the dashboard's page refreshes (a number, or its text).
+
+    Args:
+        value: The interval in seconds, or the text of a command-line option.
+        name: The option's name, for the message.
+
+    Returns:
+        The interval, as a float.
+
+    Raises:
+        InvalidArgumentError: It is not a number of seconds from :data:`MIN_REFRESH_SECS` to
+            :data:`MAX_REFRESH_SECS` (``nan`` and the infinities included).
+    """
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, int | float)
+        or not MIN_REFRESH_SECS <= number <= MAX_REFRESH_SECS  # also false for nan
+    ):
+        raise InvalidArgumentError(
+            f"{name} must be a number of seconds from {MIN_REFRESH_SECS:g} to "
+            f"{MAX_REFRESH_SECS:g}, not {value!r}"
+        )
+    return float(number)

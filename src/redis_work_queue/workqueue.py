@@ -447,15 +447,28 @@ class WorkQueue(QueueBase):
 
     # Dead letters -----------------------------------------------------------------------------
 
-    def dead_letters(self, db: SyncClient, start: int = 0, count: int = 100) -> list[DeadLetter]:
+    def dead_letters(
+        self,
+        db: SyncClient,
+        start: int = 0,
+        count: int = 100,
+        preview_bytes: int | None = None,
+    ) -> list[DeadLetter]:
         """One page of the dead-letter store, oldest first.
 
         Args:
             db: The Redis client.
             start: Index of the first dead letter (negative counts from the newest).
             count: Most dead letters to return.
+            preview_bytes: Return at most this many bytes of each dead letter's data (its
+                ``size`` is still the whole length), so that a page of large dead letters costs
+                little to read; None returns the whole data. Read one whole with
+                :meth:`item_data` (``dead=True``).
+
+        Raises:
+            InvalidArgumentError: A page argument or ``preview_bytes`` is out of range.
         """
-        return run(db, self.ops.dead_letters(start, count))
+        return run(db, self.ops.dead_letters(start, count, preview_bytes))
 
     def dead_count(self, db: SyncClient) -> int:
         """How many items are in the dead-letter store."""
@@ -502,7 +515,13 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.counts())
 
-    def peek(self, db: SyncClient, start: int = 0, count: int = 10) -> list[QueuedItem]:
+    def peek(
+        self,
+        db: SyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[QueuedItem]:
         """Look at queued items without taking them.
 
         Args:
@@ -510,11 +529,37 @@ class WorkQueue(QueueBase):
             start: Position of the first item: 0 is the next to be leased; negative positions
                 count from the newest (-1 is the last one added).
             count: Most items to return.
+            preview_bytes: Return at most this many bytes of each item's data (Redis reads no
+                more of it: ``GETRANGE``), with the whole length in ``size``; 0 returns sizes
+                only; None returns the whole data. Read one whole with :meth:`item_data`.
 
         Returns:
             The items in leasing order, each with its position.
+
+        Raises:
+            InvalidArgumentError: A page argument or ``preview_bytes`` is out of range.
         """
-        return run(db, self.ops.peek(start, count))
+        return run(db, self.ops.peek(start, count, preview_bytes))
+
+    def item_data(self, db: SyncClient, item_id: str, dead: bool = False) -> bytes | None:
+        """The whole data of one item, waiting or leased (one read, nothing else).
+
+        With listings that return previews (:meth:`peek`, :meth:`dead_letters` with
+        ``preview_bytes``), the way to fetch one item's data when it is wanted.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            dead: Read the data of the dead letter ``item_id`` instead (a dead letter's id may
+                be in use by a live item again).
+
+        Returns:
+            The data, or None when there is no such item (or dead letter).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, self.ops.item_data(item_id, dead))
 
     def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
         """Look at the processing list: leased items, their delivery counts and leases.

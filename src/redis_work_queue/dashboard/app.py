@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import logging
+import math
+import re
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,8 +34,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..aio import AsyncWorkQueue
-from ..errors import WorkQueueError
+from ..connect import mask
+from ..errors import InvalidArgumentError, WorkQueueError
 from ..keyprefix import KeyPrefix
+from ..validation import check_refresh_secs
 from . import data
 
 logger = logging.getLogger(__name__)
@@ -65,8 +71,17 @@ class DashboardSettings:
         sample_secs: How often the server samples the counts for the charts.
         discover_secs: How often queues matching ``match`` are looked for again.
         allowed_hosts: The only ``Host`` header values (without port) answered, or None for
-            any. A dashboard bound to loopback answers loopback names only, so a web page whose
-            domain was pointed at 127.0.0.1 (DNS rebinding) cannot read it or its CSRF token.
+            any.
+        loopback_only: Answer only requests whose ``Host`` header names a loopback address
+            (127.0.0.0/8 or ::1, in any of their textual forms) or ``localhost``, with the port
+            the request came in on. ``rwq dashboard`` sets it whenever it binds a loopback
+            address, so that a web page whose domain was pointed at 127.0.0.1 (DNS rebinding)
+            cannot read the dashboard or its CSRF token.
+
+    Raises:
+        InvalidArgumentError: An interval is out of its bounds (``refresh_secs``: 0.5 to 3600
+            seconds, see :func:`~redis_work_queue.validation.check_refresh_secs`; the others
+            finite and positive).
     """
 
     url: str
@@ -78,6 +93,20 @@ class DashboardSettings:
     sample_secs: float = 2.0
     discover_secs: float = 10.0
     allowed_hosts: tuple[str, ...] | None = None
+    loopback_only: bool = False
+
+    def __post_init__(self) -> None:
+        check_refresh_secs(self.refresh_secs)
+        for name in ("sample_secs", "discover_secs"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+                raise InvalidArgumentError(
+                    f"{name} must be a finite number of seconds above 0, got {value!r}"
+                )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass
@@ -120,7 +149,15 @@ class DashboardState:
         at = data.now()
         rows = []
         for name in names:
-            row = await data.queue_summary(self.db, name, at)
+            try:
+                row = await data.queue_summary(self.db, name, at)
+            except UNREACHABLE:
+                raise
+            except (WorkQueueError, redis.ResponseError) as err:
+                # One queue that cannot be read (a key of another program, a refused command)
+                # is one row saying why; the others are shown as usual.
+                rows.append(await data.broken(self.db, name, err))
+                continue
             self.samples.add(name, at, row, min_gap=self.settings.sample_secs / 2)
             row["rates"] = self.samples.rates(name)
             if name == history:
@@ -133,21 +170,13 @@ class DashboardState:
         """Note that Redis is unreachable: logged once per outage."""
         if not self.down:
             self.down = True
-            logger.warning("Redis unreachable at %s: %s", _safe_url(self.settings.url), err)
+            logger.warning("Redis unreachable at %s: %s", mask(self.settings.url), mask(str(err)))
 
     def came_back(self) -> None:
         """Note that Redis answers again."""
         if self.down:
             self.down = False
-            logger.warning("Redis reachable again at %s", _safe_url(self.settings.url))
-
-
-def _safe_url(url: str) -> str:
-    """The URL without a password, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    return scheme + sep + "***@" + rest.rsplit("@", 1)[1]
+            logger.warning("Redis reachable again at %s", mask(self.settings.url))
 
 
 def _state(request: Request) -> DashboardState:
@@ -160,19 +189,22 @@ def _json(body: dict[str, Any], status: int = 200) -> JSONResponse:
 
 
 async def _guarded(
-    state: DashboardState, work: Callable[[], Awaitable[dict[str, Any]]]
-) -> JSONResponse:
-    """Run ``work``; Redis being unreachable gives 503, another Redis or queue error 500."""
+    state: DashboardState, work: Callable[[], Awaitable[dict[str, Any] | Response]]
+) -> Response:
+    """Run ``work``; Redis being unreachable gives 503, another Redis or queue error 500.
+
+    What ``work`` returns is the reply: a dict as JSON, a response as it is.
+    """
     try:
         body = await work()
     except UNREACHABLE as err:
         state.went_down(err)
-        return _json({"ok": False, "error": f"Redis is unreachable: {err}"}, 503)
+        return _json({"ok": False, "error": f"Redis is unreachable: {mask(str(err))}"}, 503)
     except (WorkQueueError, redis.RedisError) as err:
-        logger.warning("dashboard request failed: %s", err)
-        return _json({"ok": False, "error": str(err)}, 500)
+        logger.warning("dashboard request failed: %s", mask(str(err)))
+        return _json({"ok": False, "error": mask(str(err))}, 500)
     state.came_back()
-    return _json(body)
+    return body if isinstance(body, Response) else _json(body)
 
 
 async def page(request: Request) -> Response:
@@ -210,12 +242,58 @@ async def queue_detail(request: Request) -> Response:
         await state.queue_names()
         if not state.known(name):
             raise _NotShown(name)
-        return {"ok": True, **(await data.queue_detail(state.db, name))}
+        try:
+            return {"ok": True, **(await data.queue_detail(state.db, name))}
+        except UNREACHABLE:
+            raise
+        except (WorkQueueError, redis.ResponseError) as err:
+            return {"ok": True, **(await data.broken(state.db, name, err))}
 
     try:
         return await _guarded(state, work)
     except _NotShown:
         return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def item_data(request: Request) -> Response:
+    """One item's whole data, as a download (the one read of a whole value the page makes).
+
+    ``?name=<queue>&id=<id>``, with ``&dead=1`` for a dead letter's data.
+    """
+    state = _state(request)
+    name = request.query_params.get("name", "")
+    item_id = request.query_params.get("id")
+    dead = request.query_params.get("dead", "") in ("1", "true", "yes")
+    if item_id is None:
+        return _json({"ok": False, "error": "name the item: ?name=QUEUE&id=ID"}, 400)
+
+    async def work() -> Response:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        found = await AsyncWorkQueue(KeyPrefix(name)).item_data(state.db, item_id, dead)
+        if found is None:
+            what = "dead letter" if dead else "item"
+            return _json({"ok": False, "error": f"no {what} {item_id!r} in {name}"}, 404)
+        return Response(
+            found,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Disposition": f'attachment; filename="{download_name(item_id)}"',
+                "Cache-Control": "no-store",
+            },
+        )
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+def download_name(item_id: str) -> str:
+    """A file name for an item's data: its id with anything but ``[A-Za-z0-9._-]`` as ``_``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", item_id)[:100].strip(".") or "item"
+    return f"{safe}.bin"
 
 
 class _NotShown(Exception):
@@ -404,6 +482,82 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names a loopback address.
+
+    That is ``localhost``, an address of 127.0.0.0/8 in any form the system accepts
+    (``127.0.0.2``, ``127.1``, ``2130706433``...) or ``::1`` (with or without brackets, or as an
+    IPv4-mapped address).
+    """
+    bare = host.strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    if bare.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(bare.split("%", 1)[0])
+    except ValueError:
+        # The shorter IPv4 forms the C library takes (127.1, 0x7f000001...), and only those.
+        if not re.fullmatch(r"[0-9A-Fa-fXx.]+", bare):
+            return False
+        try:
+            packed = socket.inet_aton(bare)
+        except OSError:
+            return False
+        return packed[0] == 127
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def split_host_header(value: str) -> tuple[str, int | None] | None:
+    """A ``Host`` header as (host, port or None); None when it is not one."""
+    if value.startswith("["):
+        host, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else None
+    else:
+        host, colon, port_text = value.rpartition(":")
+        if not colon:
+            host, port_text = value, ""
+        port = port_text if colon else None
+    if not host or (port is not None and not (port.isdigit() and len(port) <= 5)):
+        return None
+    return host, None if port is None else int(port)
+
+
+class LoopbackHostCheck:
+    """ASGI middleware refusing (400) a request whose ``Host`` header names another host.
+
+    Only a loopback address or ``localhost``, with the port the request came in on, is
+    answered: a DNS-rebinding guard.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    def allowed(self, scope: Scope) -> bool:
+        """Whether the request's Host header names loopback, and the server's port."""
+        headers = dict(scope.get("headers") or ())
+        split = split_host_header(headers.get(b"host", b"").decode("latin-1"))
+        if split is None:
+            return False
+        host, port = split
+        server = scope.get("server")
+        listening = server[1] if server and len(server) > 1 else None
+        default = 443 if scope.get("scheme") in ("https", "wss") else 80
+        return is_loopback(host) and (listening is None or (port or default) == listening)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on when its Host header is allowed; else answer 400."""
+        if scope["type"] in ("http", "websocket") and not self.allowed(scope):
+            response = PlainTextResponse("Invalid host header", status_code=400)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASGIApp:
     """Build the dashboard's ASGI application.
 
@@ -413,7 +567,8 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             (short timeouts, so a request during an outage fails fast).
 
     Returns:
-        The application, with basic auth in front when ``settings.auth`` is set.
+        The application, with basic auth in front when ``settings.auth`` is set, and the
+        loopback Host check in front of all when ``settings.loopback_only`` is.
     """
     client = db or AsyncRedis.from_url(
         settings.url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=10
@@ -439,6 +594,7 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             Route("/", page),
             Route("/api/overview", overview),
             Route("/api/queue", queue_detail),
+            Route("/api/data", item_data),
             Route("/api/action", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
@@ -451,4 +607,6 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
         wrapped = TrustedHostMiddleware(wrapped, allowed_hosts=list(settings.allowed_hosts))
     if settings.auth is not None:
         wrapped = BasicAuth(wrapped, *settings.auth)
+    if settings.loopback_only:
+        wrapped = LoopbackHostCheck(wrapped)  # first: a rebound name learns nothing, not even 401
     return wrapped

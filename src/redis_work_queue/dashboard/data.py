@@ -6,18 +6,20 @@ dashboard reads exactly what the library's own inspection methods return.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import redis
 from redis.asyncio import Redis as AsyncRedis
 
 from ..aio import AsyncWorkQueue
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, WrongKeyTypeError
 from ..health import alive_workers
-from ..keyprefix import KeyPrefix, check_queue_name
+from ..keyprefix import KeyPrefix, QueueKeys, check_queue_name
 from ..ops import DeadLetter
 
 #: The fixed keys that make a queue visible to discovery, by the name after its prefix.
@@ -109,22 +111,26 @@ async def discover(db: AsyncRedis, patterns: Iterable[str]) -> tuple[list[str], 
     return names, truncated
 
 
-def preview(data: bytes | None) -> dict[str, Any]:
+def preview(data: bytes | None, size: int | None = None) -> dict[str, Any]:
     """A safe, bounded description of an item's data, for display as text (never markup).
 
     UTF-8 text without control characters (other than tab and newlines) is shown as text;
     anything else as hex. The page inserts the result as text, so nothing in it is executed.
 
     Args:
-        data: The item's data, or None for an id whose data key is gone.
+        data: The item's data (or its first bytes, as a listing with ``preview_bytes`` returns
+            them), or None for an id whose data key is gone.
+        size: The length of the whole data, when ``data`` may be a part of it; by default the
+            length of ``data``.
 
     Returns:
         ``{"kind": "text"|"hex"|"missing", "text": str, "size": int, "truncated": bool}``.
     """
     if data is None:
         return {"kind": "missing", "text": "", "size": 0, "truncated": False}
+    size = len(data) if size is None else size
     head = data[:PREVIEW_BYTES]
-    truncated = len(data) > PREVIEW_BYTES
+    truncated = size > len(head)
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -134,8 +140,8 @@ def preview(data: bytes | None) -> dict[str, Any]:
         else:
             text = None
     if text is not None and all(ch.isprintable() or ch in "\t\n\r" for ch in text):
-        return {"kind": "text", "text": text, "size": len(data), "truncated": truncated}
-    return {"kind": "hex", "text": head.hex(" "), "size": len(data), "truncated": truncated}
+        return {"kind": "text", "text": text, "size": size, "truncated": truncated}
+    return {"kind": "hex", "text": head.hex(" "), "size": size, "truncated": truncated}
 
 
 def uuid7_time(item_id: str) -> float | None:
@@ -168,7 +174,7 @@ def dead_row(dead: DeadLetter) -> dict[str, Any]:
     reason, traceback = split_reason(dead.reason)
     return {
         "id": dead.id,
-        "data": preview(dead.data),
+        "data": preview(dead.data, dead.size),
         "deliveries": dead.deliveries,
         "reason": reason,
         "traceback": traceback,
@@ -192,7 +198,7 @@ async def queue_summary(db: AsyncRedis, name: str, now: float) -> dict[str, Any]
     stats = await queue.stats(db)
     row: dict[str, Any] = {"name": name, **asdict(stats), "oldest_age": None}
     if stats.queued:
-        head = await queue.peek(db, 0, 1)
+        head = await queue.peek(db, 0, 1, preview_bytes=0)  # its id only: no data is read
         made = uuid7_time(head[0].id) if head else None
         if made is not None:
             row["oldest_age"] = max(0.0, now - made)
@@ -210,13 +216,15 @@ async def queue_detail(db: AsyncRedis, name: str) -> dict[str, Any]:
         A JSON-ready dict with ``waiting``, ``pending``, ``dead``, ``dead_total`` and ``workers``.
     """
     queue = AsyncWorkQueue(KeyPrefix(name))
-    waiting = await queue.peek(db, 0, PAGE)
+    waiting = await queue.peek(db, 0, PAGE, preview_bytes=PREVIEW_BYTES)
     pending = await queue.pending(db, 0, PAGE)
-    dead = await queue.dead_letters(db, 0, PAGE)
+    dead = await queue.dead_letters(db, 0, PAGE, preview_bytes=PREVIEW_BYTES)
     workers = await alive_workers(db, queue)
     return {
         "name": name,
-        "waiting": [{"position": q.position, "id": q.id, "data": preview(q.data)} for q in waiting],
+        "waiting": [
+            {"position": q.position, "id": q.id, "data": preview(q.data, q.size)} for q in waiting
+        ],
         "pending": [
             {
                 "id": p.id,
@@ -231,6 +239,60 @@ async def queue_detail(db: AsyncRedis, name: str) -> dict[str, Any]:
         "dead_total": await queue.dead_count(db),
         "workers": [w.as_dict() for w in workers],
     }
+
+
+async def wrong_keys(db: AsyncRedis, name: str) -> list[dict[str, str]]:
+    """The fixed keys of queue ``name`` that hold another Redis type than the queue keeps there.
+
+    One ``TYPE`` per fixed key, sent in one round trip.
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+
+    Returns:
+        ``{"key": ..., "found": ..., "expected": ...}`` for each, in the layout's order.
+    """
+    from ..cli import KEY_TYPES  # noqa: PLC0415 (the one table of the fixed keys' types)
+
+    keys = QueueKeys(KeyPrefix(name))
+    named = [(getattr(keys, attr), kind) for attr, kind in KEY_TYPES.items()]
+    async with db.pipeline(transaction=False) as pipe:
+        for key, _ in named:
+            pipe.type(key)
+        found = await pipe.execute()
+    out = []
+    for (key, kind), held in zip(named, found, strict=True):
+        text = held.decode() if isinstance(held, bytes) else str(held)
+        if text not in ("none", kind):
+            out.append({"key": key, "found": text, "expected": kind})
+    return out
+
+
+async def broken(db: AsyncRedis, name: str, err: Exception) -> dict[str, Any]:
+    """Why queue ``name`` cannot be read, for its row: the keys of the wrong type, if any.
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+        err: The error its read raised (a wrong key type, a refused command...).
+
+    Returns:
+        ``{"name": ..., "broken": message, "wrong_keys": [...]}``.
+    """
+    found: list[dict[str, str]] = []
+    if isinstance(err, WrongKeyTypeError):
+        with contextlib.suppress(redis.ResponseError):  # TYPE refused (an ACL): say less
+            found = await wrong_keys(db, name)
+    if found:
+        message = "; ".join(
+            f"key {k['key']!r} holds a {k['found']}, where the queue keeps a {k['expected']}"
+            for k in found
+        )
+        message += ": another program uses that name (rename or delete the key)"
+    else:
+        message = f"cannot read this queue: {err}"
+    return {"name": name, "broken": message, "wrong_keys": found}
 
 
 @dataclass

@@ -9,6 +9,7 @@ removes it at once. Each queue's keys stay in that queue's slot (Redis Cluster s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,16 +62,53 @@ def clean_gate_steps(keys: QueueKeys, worker_id: str, interval_ms: int) -> Steps
     return reply is not None
 
 
+#: The latest time a registration may name: the end of the year 9999, in seconds.
+MAX_TIME = 253_402_300_799.0
+#: The largest count or process id read from a registration (a Redis integer).
+MAX_INT = 2**63 - 1
+
+
 def _text(fields: dict[Any, Any], name: str) -> str:
     value = fields.get(name.encode(), fields.get(name, b""))
     return decode(value) if isinstance(value, bytes | str) else str(value)
 
 
-def _number(fields: dict[Any, Any], name: str) -> float:
+class _Reader:
+    """Reads the numbers of one registration hash, noting the fields that hold none in range.
+
+    Out of range: not a number, not finite, too large, negative, a fraction where a whole one is
+    kept.
+    """
+
+    def __init__(self, fields: dict[Any, Any]) -> None:
+        self.fields = fields
+        self.unreadable: list[str] = []
+
+    def number(self, name: str, high: float, whole: bool = False) -> float | None:
+        """The field as a finite number from 0 to ``high``; None when missing or unreadable."""
+        text = _text(self.fields, name).strip()
+        if not text:
+            return None
+        value = _finite(text, high, whole)
+        if value is None:
+            self.unreadable.append(name)
+        return value
+
+    def count(self, name: str) -> int:
+        """The field as a whole count; 0 when missing or unreadable."""
+        value = self.number(name, MAX_INT, whole=True)
+        return 0 if value is None else int(value)
+
+
+def _finite(text: str, high: float, whole: bool) -> float | None:
+    """``text`` as a number from 0 to ``high`` (a whole one with ``whole``), else None."""
     try:
-        return float(_text(fields, name) or 0)
-    except ValueError:
-        return 0.0
+        value = float(int(text)) if whole and text.lstrip("+-").isdigit() else float(text)
+    except (ValueError, OverflowError):
+        return None
+    if not math.isfinite(value) or not 0 <= value <= high or (whole and not value.is_integer()):
+        return None
+    return value
 
 
 def workers_steps(keys: QueueKeys) -> Steps[list[WorkerInfo]]:
@@ -95,18 +133,29 @@ def workers_steps(keys: QueueKeys) -> Steps[list[WorkerInfo]]:
         if not fields:
             continue
         queues = _text(fields, "queues")
+        read = _Reader(fields)
+        pid = read.number("pid", MAX_INT, whole=True)
+        started = read.number("started", MAX_TIME)
+        beat = read.number("beat", MAX_TIME * 1000)
+        until = _finite(
+            decode(lapses) if isinstance(lapses, bytes) else str(lapses), MAX_TIME * 1000, False
+        )
+        if until is None:
+            read.unreadable.append("lapses")
+        completed, failed, lost = read.count("completed"), read.count("failed"), read.count("lost")
         found.append(
             WorkerInfo(
                 id=worker_id,
                 host=_text(fields, "host"),
-                pid=int(_number(fields, "pid")),
+                pid=None if pid is None else int(pid),
                 queues=tuple(queues.split("\n")) if queues else (),
-                started=_number(fields, "started"),
-                beat=_number(fields, "beat") / 1000,
-                lapses=float(lapses) / 1000,
-                completed=int(_number(fields, "completed")),
-                failed=int(_number(fields, "failed")),
-                lost=int(_number(fields, "lost")),
+                started=started,
+                beat=None if beat is None else beat / 1000,
+                lapses=None if until is None else until / 1000,
+                completed=completed,
+                failed=failed,
+                lost=lost,
+                unreadable=tuple(sorted(read.unreadable)),
             )
         )
     return found

@@ -34,8 +34,10 @@ from ..results import (
 from ..validation import (
     MAX_SECS,
     check_item,
+    check_item_id,
     check_max_deliveries,
     check_page,
+    check_preview,
     check_replicas,
     decode,
     held_token,
@@ -485,9 +487,12 @@ class QueueOps:
         key = self.keys.counts
         return parse_counts((yield Command(("HGETALL", key), route=key, slot_keys=(key,))))
 
-    def peek(self, start: int, count: int) -> Steps[list[QueuedItem]]:
+    def peek(
+        self, start: int, count: int, preview_bytes: int | None = None
+    ) -> Steps[list[QueuedItem]]:
         """A page of the main queue, in leasing order; see ``WorkQueue.peek``."""
         check_page(start, count)
+        bound = check_preview(preview_bytes)
         # Position p (0 = next to be leased) is list index -(p + 1); negative positions count
         # from the newest item, which is list index 0.
         if start >= 0:
@@ -495,12 +500,24 @@ class QueueOps:
         else:
             first, last = -start - count, -start - 1
             first = max(first, 0)
-        length, *rows = yield self._call("peek", first, last)
+        length, *rows = yield self._call("peek", first, last, bound)
         base = start if start >= 0 else max(int(length) + start, 0)
         return [
-            QueuedItem(base + offset, decode(raw_id), data)
-            for offset, (raw_id, data) in enumerate(reversed(rows))
+            QueuedItem(base + offset, decode(raw_id), data, None if size is None else int(size))
+            for offset, (raw_id, data, size) in enumerate(reversed(rows))
         ]
+
+    def item_data(self, item_id: str, dead: bool = False) -> Steps[bytes | None]:
+        """One item's whole data (of its dead letter with ``dead``); see ``WorkQueue.item_data``."""
+        item_id = check_item_id(item_id)
+        if dead:
+            key = self.keys.dead_item(item_id)
+            command: tuple[scripts.Arg, ...] = ("HGET", key, "data")
+        else:
+            key = self.keys.item(item_id)
+            command = ("GET", key)
+        data: bytes | None = yield Command(command, route=key, slot_keys=(key,))
+        return data
 
     def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
         """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
@@ -542,16 +559,19 @@ class QueueOps:
 
     # Dead letters -----------------------------------------------------------------------------
 
-    def dead_letters(self, start: int, count: int) -> Steps[list[DeadLetter]]:
+    def dead_letters(
+        self, start: int, count: int, preview_bytes: int | None = None
+    ) -> Steps[list[DeadLetter]]:
         """One page of dead letters, oldest first."""
         check_page(start, count)
+        bound = check_preview(preview_bytes)
         stop = start + count - 1
         if start < 0 <= stop:
             stop = -1
-        rows: list[list[Reply]] = yield self._call("dead_letters", start, stop)
+        rows: list[list[Reply]] = yield self._call("dead_letters", start, stop, bound)
         return [
-            DeadLetter(decode(i), data, int(n), decode(reason), int(ms) / 1000)
-            for i, data, n, reason, ms in rows
+            DeadLetter(decode(i), data, int(n), decode(reason), int(ms) / 1000, int(size))
+            for i, data, n, reason, ms, size in rows
         ]
 
     def _dead_action(

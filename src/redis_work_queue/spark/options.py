@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import routing
+from ..connect import mask
 from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
@@ -309,7 +310,7 @@ class QueueOptions:
     def __repr__(self) -> str:
         """The options, with the password and the URL's credentials hidden."""
         return (
-            f"QueueOptions(url={_hide(self.url)!r}, queue={self.queue!r}, "
+            f"QueueOptions(url={mask(self.url)!r}, queue={self.queue!r}, "
             f"cluster={self.cluster}, sentinels={self.sentinels})"
         )
 
@@ -321,13 +322,6 @@ class QueueOptions:
 def _queue_keys(queue: str) -> list[str]:
     keys = QueueKeys(KeyPrefix(queue))
     return [keys.queue, keys.processing, keys.delayed, keys.dead, keys.spark_write]
-
-
-def _hide(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return scheme + sep + rest
 
 
 @dataclass(frozen=True)

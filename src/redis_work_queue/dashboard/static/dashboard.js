@@ -40,13 +40,29 @@
     return secs ? new Date(secs * 1000).toLocaleString() : "\u2014";
   }
 
-  function dataCell(d) {
+  // The file name a download is saved under: the id, with anything unusual as "_".
+  function fileName(id) {
+    const safe = id.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 100).replace(/^\.+|\.+$/g, "");
+    return `${safe || "item"}.bin`;
+  }
+
+  // An item's data: the bounded preview the server sent, and a link to the whole data (read
+  // from Redis only when followed) when the preview is a part of it or is binary.
+  function dataCell(d, queue, id, dead) {
     const cell = el("td");
     const kind = d.kind === "hex" ? "hex" : "text";
     const body = d.kind === "missing" ? "(data gone)" : d.text + (d.truncated ? " \u2026" : "");
     const span = el("span", body, `data ${kind}`);
     span.title = `${d.size} bytes${d.kind === "hex" ? ", shown as hex" : ""}`;
     cell.append(span);
+    if (d.kind !== "missing" && (d.truncated || d.kind === "hex")) {
+      const params = new URLSearchParams({ name: queue, id: id });
+      if (dead) params.set("dead", "1");
+      const link = el("a", `download (${d.size.toLocaleString("en-US")} bytes)`, "download");
+      link.href = api(`api/data?${params}`);
+      link.download = fileName(id);
+      cell.append(" ", link);
+    }
     return cell;
   }
 
@@ -120,6 +136,16 @@
       row.dataset.queue = q.name;
       if (q.name === selected) row.classList.add("selected");
       row.append(el("td", q.name, "name"));
+      row.addEventListener("click", () => select(q.name));
+      if (q.broken) {
+        // A queue that cannot be read (a key of another program): one row saying why.
+        row.classList.add("broken");
+        const why = el("td", q.broken, "why");
+        why.colSpan = 8;
+        row.append(why);
+        tbody.append(row);
+        continue;
+      }
       for (const key of ["queued", "leased", "expired", "delayed", "dead"]) {
         const cell = num(q[key]);
         cell.dataset.count = key;
@@ -128,34 +154,48 @@
       row.append(num(age(q.oldest_age)));
       row.append(num(rate(q.rates.queued)));
       row.append(num(rate(q.rates.dead)));
-      row.addEventListener("click", () => select(q.name));
       tbody.append(row);
       if (q.name === selected && q.history) drawChart(q.history);
     }
-    if (selected === null && body.queues.length > 0) {
-      selected = body.queues[0].name;
-      tbody.firstChild.classList.add("selected");
-      if (body.queues[0].history) drawChart(body.queues[0].history);
+    const first = body.queues.find((q) => !q.broken);
+    if (selected === null && first) {
+      selected = first.name;
+      for (const row of tbody.children) {
+        row.classList.toggle("selected", row.dataset.queue === selected);
+      }
+      if (first.history) drawChart(first.history);
     }
+  }
+
+  function unknown(value) {
+    return value === null || value === undefined ? "?" : value;
   }
 
   function drawDetail(d) {
     $("detail").hidden = false;
     $("detail-name").textContent = d.name;
+    $("broken").hidden = !d.broken;
+    $("broken").textContent = d.broken || "";
+    $("detail-body").hidden = Boolean(d.broken);
+    if (d.broken) return;
     const workers = document.querySelector("#workers tbody");
     workers.replaceChildren();
     for (const w of d.workers) {
       const row = el("tr");
-      row.append(el("td", w.id), el("td", w.host), num(w.pid), el("td", w.queues.join(", ")));
-      row.append(el("td", when(w.beat)), num(w.completed), num(w.failed), num(w.lost));
+      row.append(el("td", w.id), el("td", w.host), num(unknown(w.pid)));
+      row.append(el("td", w.queues.join(", ")), el("td", w.beat === null ? "?" : when(w.beat)));
+      row.append(num(w.completed), num(w.failed), num(w.lost));
+      const bad = w.unreadable || [];
+      row.append(el("td", bad.length ? `unreadable: ${bad.join(", ")}` : "", "muted"));
       workers.append(row);
     }
-    if (d.workers.length === 0) workers.append(emptyRow(8, "no live workers"));
+    if (d.workers.length === 0) workers.append(emptyRow(9, "no live workers"));
     const waiting = document.querySelector("#waiting tbody");
     waiting.replaceChildren();
     for (const q of d.waiting) {
       const row = el("tr");
-      row.append(num(q.position), el("td", q.id), dataCell(q.data));
+      row.dataset.id = q.id;
+      row.append(num(q.position), el("td", q.id), dataCell(q.data, d.name, q.id, false));
       waiting.append(row);
     }
     if (d.waiting.length === 0) waiting.append(emptyRow(3, "nothing waiting"));
@@ -191,7 +231,7 @@
         details.append(el("summary", "traceback"), el("pre", x.traceback));
         reason.append(details);
       }
-      row.append(reason, dataCell(x.data));
+      row.append(reason, dataCell(x.data, d.name, x.id, true));
       if (actions) {
         const cell = el("td");
         const requeue = el("button", "requeue", "requeue-one");
