@@ -27,6 +27,7 @@ from redis_work_queue import (
     WorkQueueError,
     WrongKeyTypeError,
     complete_and_lease_from,
+    layout,
     lease_from,
     scripts,
 )
@@ -44,22 +45,9 @@ TTL_STEP_MS = 10_000
 #: A blocking lease that must time out waits this long.
 SHORT_WAIT = 0.05
 
-#: The keys of the layout (keyprefix.QueueKeys) and the type each one holds; the per-item keys
-#: are planted for the id the operation acts on.
-LAYOUT = {
-    "queue": "list",
-    "processing": "list",
-    "item": "string",
-    "lease": "string",
-    "deliveries": "hash",
-    "reasons": "hash",
-    "delayed": "zset",
-    "dead": "zset",
-    "dead_item": "hash",
-    "waiting": "zset",
-    "wake": "list",
-    "counts": "hash",
-}
+#: The keys of the layout that the scripts write (layout.ROWS) and the type each one holds; the
+#: per-item keys are planted for the id the operation acts on.
+LAYOUT = layout.kinds("scripts")
 TYPES = ("string", "list", "hash", "set", "zset")
 
 
