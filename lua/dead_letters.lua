@@ -1,7 +1,8 @@
 -- dead_letters: read one page of the dead-letter store, oldest first.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index (inclusive; negative counts from the newest)
+-- arg(1) first: the first index
+-- arg(2) last: the last index (inclusive; negative counts from the newest)
 -- Returns a list of {id, data, deliveries, reason, ms buried}.
 -- Keeps: read only.
 local page = redis.call('ZRANGE', Q.dead, arg(1), arg(2), 'WITHSCORES')

@@ -100,10 +100,20 @@ def test_the_layout_directive_keeps_every_line_in_its_place() -> None:
         assert f"{row.name} = '{row.suffix}'" in line
 
 
+def test_a_key_s_suffix_is_written_in_from_its_row() -> None:
+    parsed = loader.parse("-- s\nlocal LEASE = '' --#layout lease\nreturn LEASE\n", "lua/s.lua")
+    assert parsed.lines[1] == (2, "local LEASE = ':lease:'")
+    renew = loader.assemble("renew")
+    assert renew.includes == ()
+    assert "local LEASE = ':lease:'" in renew.text.split("\n")
+    with pytest.raises(LuaSourceError, match=r"lua/s\.lua:2: the key layout has no row 'nope'"):
+        loader.parse("-- s\nlocal X = '' --#layout nope\nreturn X\n", "lua/s.lua")
+
+
 @pytest.mark.parametrize(
     "line",
     ["local NAMES = {} --#layout ", "local NAMES = {a = 1} --#layout", "return 1 --#layout",
-     "local x = 1 --#include a.lua"],
+     "local x = 1 --#include a.lua", "local L = '' --#layout", "local L = {} --#layout lease"],
 )  # fmt: skip
 def test_any_other_directive_after_code_is_refused(line: str) -> None:
     with pytest.raises(LuaSourceError, match=r"lua/s\.lua:2: .* holds '--#' after code"):

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import LuaSourceError
+
 #: Which keys a row names: one key per queue, or one per item, per worker or per Spark batch.
 Scope = Literal["queue", "item", "worker", "batch"]
 #: Who writes a key: the queue's scripts (every operation of the API), the worker runner (its
@@ -200,6 +202,18 @@ def lua_table() -> str:
     """
     fields = ", ".join(f"{row.name} = '{row.suffix}'" for row in ROWS if row.name != MAIN)
     return "{" + fields + "}"
+
+
+def lua_suffix(name: str, where: str) -> str:
+    """The suffix of row ``name`` as a Lua string literal.
+
+    Raises:
+        LuaSourceError: No row has that name (``where`` names the line that asked).
+    """
+    for row in ROWS:
+        if row.name == name:
+            return f"'{row.suffix}'"
+    raise LuaSourceError(f"{where}: the key layout has no row {name!r} (see layout.py)")
 
 
 #: The lines around the generated table in the docs.

@@ -8,9 +8,11 @@ pieces it uses itself, in its leading comment block, one per line::
 One more directive completes a line of code from the key layout (:mod:`.layout`)::
 
     local NAMES = {} --#layout
+    local LEASE = '' --#layout lease
 
-becomes ``local NAMES = {processing = ':processing', ...}``, one line still, so that every
-line keeps its number: the scripts name a queue's keys as ``QueueKeys`` does, from one table.
+become ``local NAMES = {processing = ':processing', ...}`` (every row's suffix, by name) and
+``local LEASE = ':lease:'`` (one row's), one line still, so that every line keeps its number:
+the scripts name a queue's keys as ``QueueKeys`` does, from one table.
 
 The loader resolves these includes recursively and expands each piece once, its own includes
 first, ahead of the script's text, so a script lists only what it uses directly. It raises
@@ -54,8 +56,9 @@ else:  # pragma: no cover - Python 3.10
 #: How every directive line starts; any line that starts so must be a valid directive.
 DIRECTIVE = "--#"
 _INCLUDE = re.compile(r"--#include ([A-Za-z0-9_]+\.lua)")
-#: The one directive that ends a line of code: the key layout's names fill its table.
-_LAYOUT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )\{\} --#layout")
+#: The one directive that ends a line of code: the key layout's names fill its table, or one
+#: row's suffix its string.
+_LAYOUT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )(?:\{\} --#layout|'' --#layout ([a-z_]+))")
 #: luacheck's leave to the one long line the layout directive makes.
 _LONG_LINE = " -- luacheck: no max line length"
 #: Where the server says a script error happened, and which script it was: Redis writes
@@ -105,12 +108,14 @@ class LuaFile:
 def parse(text: str, label: str) -> LuaFile:
     """Split one file's text into its include directives and its other lines.
 
-    A line of code ending in ``{} --#layout`` gets the key layout's names in its table.
+    A line of code ending in ``{} --#layout`` gets the key layout's names in its table, one
+    ending in ``'' --#layout <row>`` that row's suffix in its string.
 
     Raises:
         LuaSourceError: A line starting with ``--#`` is not exactly ``--#include <name>.lua``, a
             directive follows the first line of code, a file is included twice, or a line of
-            code holds ``--#`` but is not ``local NAME = {} --#layout``.
+            code holds ``--#`` but is not ``local NAME = {} --#layout`` or
+            ``local NAME = '' --#layout <row>`` for a row of the layout.
     """
     includes: list[str] = []
     lines: list[tuple[int, str]] = []
@@ -123,9 +128,13 @@ def parse(text: str, label: str) -> LuaFile:
             if found is None:
                 raise LuaSourceError(
                     f"{label}:{number}: {line!r} holds '--#' after code: the one directive "
-                    "there is 'local NAME = {} --#layout' (nothing after it)"
+                    "there is 'local NAME = {} --#layout' or 'local NAME = '' --#layout <row>' "
+                    "(nothing after it)"
                 )
-            line = found[1] + layout.lua_table() + _LONG_LINE
+            if found[2] is None:
+                line = found[1] + layout.lua_table() + _LONG_LINE
+            else:
+                line = found[1] + layout.lua_suffix(found[2], f"{label}:{number}")
         if line.lstrip().startswith(DIRECTIVE):
             match = _INCLUDE.fullmatch(line)
             if match is None:

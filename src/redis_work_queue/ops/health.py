@@ -17,6 +17,20 @@ from ..calls import Command, ScriptCall, Steps
 from ..keyprefix import QueueKeys
 from ..results import WorkerInfo
 from ..validation import decode
+from .registry import builds
+
+
+@builds("heartbeat")
+def heartbeat_call(
+    keys: QueueKeys, worker: str, ttl_ms: int, durations: int, *pairs: scripts.Arg
+) -> ScriptCall:
+    """``lua/heartbeat.lua``: register ``worker`` for ``ttl_ms`` (0: remove its registration).
+
+    ``pairs`` holds ``durations`` histogram increments (field, value), then the registration's
+    fields (field, value).
+    """
+    args = (keys.prefix, worker, ttl_ms, durations, *pairs)
+    return ScriptCall(scripts.load("heartbeat"), keys.script_keys, args, None, keys.slot_keys)
 
 
 def heartbeat_steps(
@@ -32,19 +46,12 @@ def heartbeat_steps(
     ``<P>:durations`` in the same call.
     """
     deltas = [(name, value) for name, value in (durations or {}).items() if value]
-    args: list[scripts.Arg] = [worker_id, ttl_ms, len(deltas)]
+    pairs: list[scripts.Arg] = []
     for name, value in deltas:
-        args += (name, value)
+        pairs += (name, value)
     for name, field_value in fields.items():
-        args += (name, field_value)
-    call = ScriptCall(
-        scripts.load("heartbeat"),
-        keys.script_keys,
-        (*keys.script_args, *args),
-        None,
-        (keys.workers, keys.worker(worker_id), keys.durations),
-    )
-    return int((yield call))
+        pairs += (name, field_value)
+    return int((yield heartbeat_call(keys, worker_id, ttl_ms, len(deltas), *pairs)))
 
 
 def clean_gate_steps(keys: QueueKeys, worker_id: str, interval_ms: int) -> Steps[bool]:

@@ -1,6 +1,8 @@
 """The queue's operations, each written once as a generator of Redis calls (see :mod:`..calls`).
 
-This module builds script arguments and parses replies; it never talks to Redis itself.
+This module builds script arguments and parses replies; it never talks to Redis itself. The
+argument builders of the scripts it runs come first (one per script, see
+:func:`.registry.builds`), then :class:`QueueOps`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from .lease import (
     LeaseRequest,
     lease_items,
 )
+from .registry import builds
 
 logger = logging.getLogger("redis_work_queue")
 
@@ -110,6 +113,108 @@ STATS_CHUNK = 2000
 FLUSH_CHUNK = 1000
 #: Script calls sent per round trip by the operations that make many independent calls.
 PIPELINE_CHUNK = 1000
+
+
+#: The WAIT that follows a write: (replicas, timeout in ms), or None.
+Wait = tuple[int, int] | None
+
+
+# The scripts' argument builders -------------------------------------------------------------
+
+
+@builds("add")
+def add_call(
+    keys: QueueKeys,
+    skip_check: str,
+    delay_ms: int,
+    due_ms: int,
+    ttl_ms: int,
+    *items: scripts.Arg,
+    wait: Wait = None,
+) -> ScriptCall:
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
+    args = (keys.prefix, skip_check, delay_ms, due_ms, ttl_ms, *items)
+    return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
+
+
+@builds("renew")
+def renew_call(keys: QueueKeys, item_id: str, token: str, lease_ms: int) -> ScriptCall:
+    """``lua/renew.lua``: extend the lease on ``item_id`` while it holds ``token``."""
+    args = (keys.prefix, item_id, token, lease_ms)
+    return ScriptCall(scripts.load("renew"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("release")
+def release_call(
+    keys: QueueKeys,
+    item_id: str,
+    token: str,
+    delay_ms: int,
+    max_deliveries: int,
+    undo: str,
+    reason: str | None = None,
+) -> ScriptCall:
+    """``lua/release.lua``: give ``item_id`` back while it holds ``token``."""
+    args: tuple[scripts.Arg, ...] = (keys.prefix, item_id, token, delay_ms, max_deliveries, undo)
+    if reason is not None:
+        args += (reason,)
+    return ScriptCall(scripts.load("release"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("complete")
+def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
+    """``lua/complete.lua``: complete the items ``ids``."""
+    args = (keys.prefix, *ids)
+    return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
+
+
+@builds("stats")
+def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("peek")
+def peek_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/peek.lua``: the main queue's entries first..last (list indexes), with their data."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("peek"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("pending")
+def pending_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/pending.lua``: the processing list's entries first..last, with their leases."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("pending"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("dead_letters")
+def dead_letters_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/dead_letters.lua``: the dead letters first..last, oldest first."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("dead_letters"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("requeue_dead")
+def requeue_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
+    """``lua/requeue_dead.lua``: requeue the ``'oldest'`` count, or the ``'ids'``, chosen."""
+    args = (keys.prefix, which, *chosen)
+    return ScriptCall(scripts.load("requeue_dead"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("purge_dead")
+def purge_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
+    """``lua/purge_dead.lua``: delete the ``'oldest'`` count, or the ``'ids'``, chosen."""
+    args = (keys.prefix, which, *chosen)
+    return ScriptCall(scripts.load("purge_dead"), keys.script_keys, args, None, keys.slot_keys)
+
+
+#: The builders of the dead-letter actions, by script name.
+_DEAD_ACTIONS = {"requeue_dead": requeue_dead_call, "purge_dead": purge_dead_call}
+
+
+# Replies ------------------------------------------------------------------------------------
 
 
 def parse_counts(reply: Any) -> QueueCounts:
@@ -177,34 +282,10 @@ class QueueOps:
         #: This queue's part of every script's KEYS and ARGV, and the keys named from them.
         self.script_keys = keys.script_keys
         self.script_args = keys.script_args
-        self.slot_keys = keys.fixed()
-        # Ready-made parts of the hot calls.
-        self._add = scripts.load("add")
-        self._complete = scripts.load("complete")
-        self._add_unchecked = (keys.prefix, "1", 0, 0, 0)
-        self._add_checked = (keys.prefix, "0", 0, 0, 0)
+        self.slot_keys = keys.slot_keys
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.
         self.clean_state = cleaning.CleanState()
-
-    def script_call(self, name: str, *args: scripts.Arg) -> ScriptCall:
-        """A call of ``lua/<name>.lua`` with this queue's KEYS and leading ARGV, then ``args``.
-
-        For operations written on the same conventions outside this module (the Spark data
-        source's snapshot pages and held completes), to be driven by ``transport.run``/``arun``.
-        """
-        return self._call(name, *args)
-
-    def _call(
-        self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
-    ) -> ScriptCall:
-        return ScriptCall(
-            scripts.load(name),
-            self.script_keys,
-            (*self.script_args, *args),
-            wait,
-            self.slot_keys,
-        )
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -223,22 +304,25 @@ class QueueOps:
 
     # Adding -----------------------------------------------------------------------------------
 
-    def add_call(
+    def checked_add(
         self,
         items: Sequence[Item],
         skip_check: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
-        wait: tuple[int, int] | None = None,
+        wait: Wait = None,
     ) -> ScriptCall:
-        """The one call that adds ``items``, checking that each id is new unless ``skip_check``."""
+        """The one call that adds ``items``, checking that each id is new unless ``skip_check``.
+
+        The options are checked here; the items are not (see :func:`check_item`).
+        """
         delay_ms, due_ms = when_due(delay)
         ttl_ms = 0 if ttl is None else to_ms(ttl, "ttl")
         fields: list[scripts.Arg] = []
         for item in items:
             fields += (item.id(), item.data())
         flag = "1" if skip_check else "0"
-        return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
+        return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
     def queue_add_on(self, pipeline: Any, item: Item) -> None:
         """Queue the add of one item whose id is new on a pipeline (sync or asyncio).
@@ -251,9 +335,10 @@ class QueueOps:
             CrossSlotError: On a Redis Cluster pipeline, the queue's keys are not in one slot
                 (nothing has been queued).
         """
-        call = self.add_call([check_item(item)], skip_check=True)
+        item = check_item(item)
+        call = add_call(self.keys, "p", 0, 0, 0, item.id(), item.data())
         cluster.check_pipeline(pipeline, (*call.keys, *call.slot_keys))
-        call.script.queue_on(pipeline, call.keys, (*call.args[:1], "p", *call.args[2:]))
+        call.script.queue_on(pipeline, call.keys, call.args)
         pipeline.execute_command("LLEN", self.keys.queue)
 
     def add(
@@ -274,11 +359,11 @@ class QueueOps:
         """
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
-        self.add_call([], skip_check, delay, ttl)  # validates the options before sending
+        self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
         added: list[bool] = []
         for chunk in _add_chunks(checked):
             try:
-                reply: Reply = yield self.add_call(chunk, skip_check, delay, ttl, wait)
+                reply: Reply = yield self.checked_add(chunk, skip_check, delay, ttl, wait)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = added
@@ -300,11 +385,8 @@ class QueueOps:
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
-            head = self._add_unchecked if skip_check else self._add_checked
-            args = (*head, item.id(), item.data())
-            return bool(
-                (yield ScriptCall(self._add, self.script_keys, args, None, self.slot_keys))[0]
-            )
+            flag = "1" if skip_check else "0"
+            return bool((yield add_call(self.keys, flag, 0, 0, 0, item.id(), item.data()))[0])
         added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
         return added[0]
 
@@ -340,22 +422,20 @@ class QueueOps:
 
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
-        return bool((yield self.renew_call(item, lease_secs)))
+        return bool((yield self.checked_renew(item, lease_secs)))
 
-    def renew_call(self, item: Item, lease_secs: float) -> ScriptCall:
+    def checked_renew(self, item: Item, lease_secs: float) -> ScriptCall:
         """The one call of :meth:`renew` (its arguments are checked here)."""
         item, token = held_token(item)
-        ms = to_ms(lease_secs, "lease_secs")
-        renew = scripts.load("renew")
-        return ScriptCall(renew, (self.keys.lease(item.id()),), (token, ms))
+        return renew_call(self.keys, item.id(), token, to_ms(lease_secs, "lease_secs"))
 
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
-        return (yield from self._pipelined([self.renew_call(i, lease_secs) for i in items]))
+        return (yield from self._pipelined([self.checked_renew(i, lease_secs) for i in items]))
 
     def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
         """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
-        calls = [self.release_call(i, 0, reason, undo=True) for i in items]
+        calls = [self.checked_release(i, 0, reason, undo=True) for i in items]
         return (yield from self._pipelined(calls))
 
     @staticmethod
@@ -381,21 +461,20 @@ class QueueOps:
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[Released]:
         """Give a held item back and say where it went; see :meth:`release`."""
-        return Released(int((yield self.release_call(item, delay, reason, undo))))
+        return Released(int((yield self.checked_release(item, delay, reason, undo))))
 
-    def release_call(
+    def checked_release(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> ScriptCall:
         """The one call of :meth:`release_outcome` (its arguments are checked here)."""
         item, token = held_token(item)
         delay_ms = to_ms(delay, "delay", minimum=0)
-        extra: tuple[str, ...] = ()
-        if reason is not None:
-            if not isinstance(reason, str):
-                raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
-            extra = (reason,)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
         flag = "1" if undo else "0"
-        return self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
+        return release_call(
+            self.keys, item.id(), token, delay_ms, self.max_deliveries, flag, reason
+        )
 
     # Completing -------------------------------------------------------------------------------
 
@@ -413,7 +492,7 @@ class QueueOps:
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
             try:
-                reply: Reply = yield self._call("complete", *(i.id() for i in chunk), wait=wait)
+                reply: Reply = yield complete_call(self.keys, *(i.id() for i in chunk), wait=wait)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = done
@@ -427,10 +506,7 @@ class QueueOps:
         """Complete one item; True for the one call that removed it."""
         if replicas is None and not self.replicas:
             item = check_item(item)
-            args = (self.keys.prefix, item.id())
-            return bool(
-                (yield ScriptCall(self._complete, self.script_keys, args, None, self.slot_keys))[0]
-            )
+            return bool((yield complete_call(self.keys, item.id()))[0])
         done = yield from self.complete([item], replicas, one=True)
         return bool(done)
 
@@ -464,7 +540,7 @@ class QueueOps:
         """The queue's counts; the processing list is checked in chunks."""
         start = live = examined = gone = 0
         while True:
-            reply: list[int] = yield self._call("stats", start, start + STATS_CHUNK - 1)
+            reply: list[int] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
             queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply)
             examined += seen
             live += alive
@@ -496,7 +572,7 @@ class QueueOps:
         else:
             first, last = -start - count, -start - 1
             first = max(first, 0)
-        length, *rows = yield self._call("peek", first, last)
+        length, *rows = yield peek_call(self.keys, first, last)
         base = start if start >= 0 else max(int(length) + start, 0)
         return [
             QueuedItem(base + offset, decode(raw_id), data)
@@ -510,7 +586,7 @@ class QueueOps:
             first, last = -(start + count), -(start + 1)
         else:
             first, last = max(-start - count, 0), -start - 1
-        rows: list[list[Reply]] = yield self._call("pending", first, last)
+        rows: list[list[Reply]] = yield pending_call(self.keys, first, last)
         out = []
         for raw_id, deliveries, lease, pttl in reversed(rows):
             token, leased_at = _parse_token(lease)
@@ -549,7 +625,7 @@ class QueueOps:
         stop = start + count - 1
         if start < 0 <= stop:
             stop = -1
-        rows: list[list[Reply]] = yield self._call("dead_letters", start, stop)
+        rows: list[list[Reply]] = yield dead_letters_call(self.keys, start, stop)
         return [
             DeadLetter(decode(i), data, int(n), decode(reason), int(ms) / 1000)
             for i, data, n, reason, ms in rows
@@ -558,17 +634,18 @@ class QueueOps:
     def _dead_action(
         self, name: str, ids: Iterable[str] | None, progress: Callable[[int], None] | None
     ) -> Steps[int]:
+        build = _DEAD_ACTIONS[name]
         done = 0
         if ids is None:
             while True:
-                moved, missed = (int(v) for v in (yield self._call(name, "oldest", DEAD_CHUNK)))
+                moved, missed = (int(v) for v in (yield build(self.keys, "oldest", DEAD_CHUNK)))
                 done += moved
                 if progress is not None:
                     progress(done)
                 if moved + missed < DEAD_CHUNK or moved == 0:
                     return done
         for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
-            moved, _ = yield self._call(name, "ids", *chunk)
+            moved, _ = yield build(self.keys, "ids", *chunk)
             done += int(moved)
             if progress is not None:
                 progress(done)
