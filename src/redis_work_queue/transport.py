@@ -124,7 +124,10 @@ def execute(db: Any, call: Call) -> Any:
         return answer(db, call)
     if type(call) is Pipelined:
         pipe = _pipeline(db, call)
-        return pipe.execute()
+        try:
+            return pipe.execute()
+        except rex.ResponseError as err:
+            raise scripts.translate_error(err) from err
     assert type(call) is Command
     return scripts.raw_command(db, *call.args, **_command_options(db, call))
 
@@ -156,7 +159,10 @@ async def aexecute(db: Any, call: Call) -> Any:
         return answer(db, call)
     if type(call) is Pipelined:
         pipe = _pipeline(db, call)
-        return await pipe.execute()
+        try:
+            return await pipe.execute()
+        except rex.ResponseError as err:
+            raise scripts.translate_error(err) from err
     assert type(call) is Command
     if call.every_primary and cluster.is_cluster(db):
         await db.initialize()

@@ -17,7 +17,10 @@ from ..calls import Command, ScriptCall, Steps
 from ..keyprefix import QueueKeys
 from ..results import WorkerInfo
 from ..validation import decode
-from .registry import builds
+from .registry import builds, operation
+
+#: Where the docs describe the runner's heartbeats and clean turn.
+DOCS = "worker.md#what-it-does"
 
 
 @builds("heartbeat")
@@ -33,6 +36,7 @@ def heartbeat_call(
     return ScriptCall(scripts.load("heartbeat"), keys.script_keys, args, None, keys.slot_keys)
 
 
+@operation(scripts=("heartbeat",), writes=True, docs=DOCS)
 def heartbeat_steps(
     keys: QueueKeys,
     worker_id: str,
@@ -54,6 +58,7 @@ def heartbeat_steps(
     return int((yield heartbeat_call(keys, worker_id, ttl_ms, len(deltas), *pairs)))
 
 
+@operation(commands=("SET",), writes=True, docs=DOCS)
 def clean_gate_steps(keys: QueueKeys, worker_id: str, interval_ms: int) -> Steps[bool]:
     """Take the fleet's turn to light-clean the queue: True for at most one worker per interval.
 
@@ -80,6 +85,12 @@ def _number(fields: dict[Any, Any], name: str) -> float:
         return 0.0
 
 
+@operation(
+    functions=(("live_workers", "alive_workers"),),
+    commands=("TIME", "ZRANGE", "HGETALL"),
+    cli="workers",
+    docs=DOCS,
+)
 def workers_steps(keys: QueueKeys) -> Steps[list[WorkerInfo]]:
     """The queue's live workers (registrations not lapsed), oldest registration first."""
     seconds, micros = yield Command(("TIME",), route=keys.queue)

@@ -28,7 +28,7 @@ from ..errors import InvalidArgumentError
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..validation import check_item, decode, new_token, to_ms
-from .registry import builds
+from .registry import builds, operation
 
 if TYPE_CHECKING:
     from .queue import QueueOps
@@ -405,6 +405,13 @@ def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int,
     ]
 
 
+@operation(
+    functions=(("lease_from", "alease_from"),),
+    scripts=("lease", "claim"),
+    commands=("BRPOPLPUSH", "BLPOP"),
+    writes=True,
+    docs="queue.md#the-api",
+)
 def lease_from(
     queues: Sequence[QueueOps],
     lease_secs: float,
@@ -452,6 +459,12 @@ def lease_from(
             return 0, found[0][1]
 
 
+@operation(
+    functions=(("complete_and_lease_from", "acomplete_and_lease_from"),),
+    scripts=("lease", "complete"),
+    writes=True,
+    docs="queue.md#the-api",
+)
 def complete_and_lease_from(
     queue: QueueOps, item: Item, queues: Sequence[QueueOps], lease_secs: float
 ) -> Steps[tuple[bool, tuple[int, Item] | None]]:

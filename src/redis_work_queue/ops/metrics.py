@@ -13,7 +13,7 @@ from ..keyprefix import QueueKeys
 from ..results import QueueCounts, QueueStats
 from ..validation import decode
 from .queue import QueueOps, parse_counts
-from .registry import builds
+from .registry import builds, operation
 
 #: ``rwq_delayed_due`` counts at most this many items (it reads their ids).
 DUE_CAP = 10_000
@@ -85,6 +85,7 @@ def parse_durations(raw: dict[str, str]) -> dict[str, tuple[list[int], float]]:
     return out
 
 
+@operation(scripts=("stats", "metrics"), cli="metrics", docs="operations.md#metrics")
 def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
     """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``)."""
     stats = yield from ops.stats()

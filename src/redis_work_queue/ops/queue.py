@@ -55,7 +55,7 @@ from .lease import (
     LeaseRequest,
     lease_items,
 )
-from .registry import builds
+from .registry import Operation, builds, operation, register
 
 logger = logging.getLogger("redis_work_queue")
 
@@ -115,6 +115,8 @@ FLUSH_CHUNK = 1000
 PIPELINE_CHUNK = 1000
 
 
+#: Where the docs describe the operations of the queues.
+API = "queue.md#the-api"
 #: The WAIT that follows a write: (replicas, timeout in ms), or None.
 Wait = tuple[int, int] | None
 
@@ -324,6 +326,14 @@ class QueueOps:
         flag = "1" if skip_check else "0"
         return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
+    @operation(
+        methods=("add_item_to_pipeline", "add_unique_item_to_pipeline"),
+        scripts=("add",),
+        commands=("LLEN", "SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        via=("add_unique_item",),
+        docs=API,
+    )
     def queue_add_on(self, pipeline: Any, item: Item) -> None:
         """Queue the add of one item whose id is new on a pipeline (sync or asyncio).
 
@@ -341,6 +351,7 @@ class QueueOps:
         call.script.queue_on(pipeline, call.keys, call.args)
         pipeline.execute_command("LLEN", self.keys.queue)
 
+    @operation(methods=("add_items",), scripts=("add",), commands=("WAIT",), writes=True, docs=API)
     def add(
         self,
         items: Iterable[Item],
@@ -373,6 +384,13 @@ class QueueOps:
             self._check_acked(wait, reply, added[0] if one else added)
         return added
 
+    @operation(
+        methods=("add_item", "add_unique_item"),
+        scripts=("add",),
+        commands=("WAIT",),
+        writes=True,
+        docs=API,
+    )
     def add_one(
         self,
         item: Item,
@@ -392,6 +410,13 @@ class QueueOps:
 
     # Leasing ----------------------------------------------------------------------------------
 
+    @operation(
+        methods=("lease_many",),
+        scripts=("lease", "claim"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+    )
     def lease(
         self,
         lease_secs: float,
@@ -409,6 +434,13 @@ class QueueOps:
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
+    @operation(
+        methods=("lease",),
+        scripts=("lease", "claim"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+    )
     def lease_one(
         self,
         lease_secs: float,
@@ -420,6 +452,7 @@ class QueueOps:
         leased = yield from self.lease(lease_secs, block, timeout, at_most_once)
         return leased[0] if leased else None
 
+    @operation(methods=("renew",), scripts=("renew",), writes=True, docs=API)
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
         return bool((yield self.checked_renew(item, lease_secs)))
@@ -429,10 +462,24 @@ class QueueOps:
         item, token = held_token(item)
         return renew_call(self.keys, item.id(), token, to_ms(lease_secs, "lease_secs"))
 
+    @operation(
+        methods=("renew_many",),
+        scripts=("renew",),
+        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        docs=API,
+    )
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
         return (yield from self._pipelined([self.checked_renew(i, lease_secs) for i in items]))
 
+    @operation(
+        methods=("give_back",),
+        scripts=("release",),
+        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        docs=API,
+    )
     def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
         """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
         calls = [self.checked_release(i, 0, reason, undo=True) for i in items]
@@ -447,6 +494,7 @@ class QueueOps:
             flags += (bool(int(reply)) for reply in replies)
         return flags
 
+    @operation(methods=("release",), scripts=("release",), writes=True, docs=API)
     def release(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[bool]:
@@ -457,6 +505,7 @@ class QueueOps:
         """
         return (yield from self.release_outcome(item, delay, reason, undo)) != Released.NOT_HELD
 
+    @operation(methods=("release_outcome",), scripts=("release",), writes=True, docs=API)
     def release_outcome(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[Released]:
@@ -478,6 +527,13 @@ class QueueOps:
 
     # Completing -------------------------------------------------------------------------------
 
+    @operation(
+        methods=("complete_many",),
+        scripts=("complete",),
+        commands=("WAIT",),
+        writes=True,
+        docs=API,
+    )
     def complete(
         self, items: Iterable[Item], replicas: int | None = None, *, one: bool = False
     ) -> Steps[list[Item]]:
@@ -502,6 +558,9 @@ class QueueOps:
             self._check_acked(wait, reply, bool(done) if one else done)
         return done
 
+    @operation(
+        methods=("complete",), scripts=("complete",), commands=("WAIT",), writes=True, docs=API
+    )
     def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
         """Complete one item; True for the one call that removed it."""
         if replicas is None and not self.replicas:
@@ -512,6 +571,14 @@ class QueueOps:
 
     # Cleaning ---------------------------------------------------------------------------------
 
+    @operation(
+        methods=("light_clean",),
+        scripts=("light_clean", "forget_gone"),
+        commands=("LLEN",),
+        writes=True,
+        cli="light-clean",
+        docs=API,
+    )
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
         return (yield from cleaning.light_clean(self, self.clean_state))
@@ -530,12 +597,28 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
+    @operation(
+        methods=("deep_clean",),
+        scripts=(
+            "deep_clean_scan",
+            "deep_clean_walk",
+            "deep_clean_hold",
+            "light_clean",
+            "deep_clean",
+            "forget_gone",
+        ),
+        commands=("LLEN",),
+        writes=True,
+        cli="deep-clean",
+        docs=API,
+    )
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
         """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
         return (yield from cleaning.deep_clean(self, new_token(), progress))
 
     # Inspection -------------------------------------------------------------------------------
 
+    @operation(methods=("stats",), scripts=("stats",), cli="info", docs=API)
     def stats(self) -> Steps[QueueStats]:
         """The queue's counts; the processing list is checked in chunks."""
         start = live = examined = gone = 0
@@ -557,11 +640,13 @@ class QueueOps:
             dead=dead,
         )
 
+    @operation(methods=("counts",), commands=("HGETALL",), docs=API)
     def counts(self) -> Steps[QueueCounts]:
         """The queue's counters (one HGETALL); see ``WorkQueue.counts``."""
         key = self.keys.counts
         return parse_counts((yield Command(("HGETALL", key), route=key, slot_keys=(key,))))
 
+    @operation(methods=("peek",), scripts=("peek",), docs=API)
     def peek(self, start: int, count: int) -> Steps[list[QueuedItem]]:
         """A page of the main queue, in leasing order; see ``WorkQueue.peek``."""
         check_page(start, count)
@@ -579,6 +664,7 @@ class QueueOps:
             for offset, (raw_id, data) in enumerate(reversed(rows))
         ]
 
+    @operation(methods=("pending",), scripts=("pending",), docs=API)
     def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
         """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
         check_page(start, count)
@@ -594,6 +680,7 @@ class QueueOps:
             out.append(PendingItem(decode(raw_id), int(deliveries), leased_at, left, token))
         return out
 
+    @operation(methods=("flush",), commands=("SCAN", "UNLINK"), writes=True, cli="flush", docs=API)
     def flush(self, progress: Callable[[int], None] | None = None) -> Steps[FlushReport]:
         """Delete every key of the queue, in chunks; see ``WorkQueue.flush``.
 
@@ -619,6 +706,7 @@ class QueueOps:
 
     # Dead letters -----------------------------------------------------------------------------
 
+    @operation(methods=("dead_letters",), scripts=("dead_letters",), cli="dead-letters", docs=API)
     def dead_letters(self, start: int, count: int) -> Steps[list[DeadLetter]]:
         """One page of dead letters, oldest first."""
         check_page(start, count)
@@ -651,6 +739,13 @@ class QueueOps:
                 progress(done)
         return done
 
+    @operation(
+        methods=("requeue_dead",),
+        scripts=("requeue_dead",),
+        writes=True,
+        cli="dead-letters",
+        docs=API,
+    )
     def requeue_dead(
         self, ids: Iterable[str] | None, progress: Callable[[int], None] | None = None
     ) -> Steps[int]:
@@ -660,12 +755,36 @@ class QueueOps:
         """
         return (yield from self._dead_action("requeue_dead", ids, progress))
 
+    @operation(
+        methods=("purge_dead",),
+        scripts=("purge_dead",),
+        writes=True,
+        cli="dead-letters",
+        docs=API,
+    )
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""
         return (yield from self._dead_action("purge_dead", ids, None))
 
     # Counting ---------------------------------------------------------------------------------
 
+    @operation(
+        methods=("queue_len", "processing", "dead_count"), commands=("LLEN", "ZCARD"), docs=API
+    )
     def length(self, key: str, kind: str = "LLEN") -> Steps[int]:
         """The length of one of the queue's keys."""
         return int((yield Command((kind, key))))
+
+
+#: The facades' ``leased``: a lease, then the completion or the release of the item.
+register(
+    Operation(
+        "leased",
+        methods=("leased",),
+        scripts=("lease", "claim", "complete", "release"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+        via=("lease", "complete", "release"),
+    )
+)

@@ -15,7 +15,7 @@ from ..calls import ScriptCall, Steps
 from ..keyprefix import QueueKeys
 from ..validation import decode
 from .queue import QueueOps
-from .registry import builds
+from .registry import builds, operation
 
 #: The parts of a queue a snapshot reads, and the state of the items in each.
 PARTS = ("queue", "processing", "delayed", "dead")
@@ -65,6 +65,7 @@ class Entry:
         return part
 
 
+@operation(scripts=("snapshot",), docs="spark.md#reads")
 def snapshot_page(
     ops: QueueOps, part: str, max_bytes: int, *args: scripts.Arg
 ) -> Steps[tuple[int, list[Entry]]]:
@@ -93,6 +94,7 @@ def snapshot_page(
     return int(examined), entries
 
 
+@operation(scripts=("complete_held",), writes=True, docs="spark.md#streaming-reads")
 def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
     """Complete the items whose lease the caller still holds.
 
