@@ -17,15 +17,13 @@ must list the arguments its builder takes, in the builder's order.
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: The modules that register operations and builders, under ``redis_work_queue.ops``.
-MODULES = ("queue", "lease", "cleaning", "health", "metrics", "server", "spark")
 
 
 @dataclass(frozen=True)
@@ -147,8 +145,10 @@ def builds(script: str) -> Callable[[F], F]:
 
 
 def _load() -> None:
-    for module in MODULES:
-        import_module(f"{__package__}.{module}")
+    """Import every module of the ``ops`` package: each registers what it holds."""
+    package = import_module(__package__ or "redis_work_queue.ops")
+    for module in pkgutil.iter_modules(package.__path__):
+        import_module(f"{package.__name__}.{module.name}")
 
 
 def operations() -> dict[str, Operation]:
