@@ -74,17 +74,34 @@ def test_the_tables_made_from_the_rows() -> None:
     assert set(LAYOUT) >= {"queue", "processing", "item", "lease", "dead_item", "counts"}
 
 
+#: The fields of a script's queue table that are no key of the layout (see queue.lua, wake.lua).
+QUEUE_FIELDS = {"index", "prefix", "waiting_pttl"}
+
+
+def test_the_scripts_name_exactly_the_rows_marked_for_them() -> None:
+    """Every key a script names (``q.name``, ``Q.name``) is a row marked ``lua``, and every row
+    so marked is named by a script: NAMES, which every call builds, holds nothing unused."""
+    used: set[str] = set()
+    for path in Path(str(loader.lua_dir())).rglob("*.lua"):
+        used |= set(re.findall(r"\b[qQ]\.([a-z_]+)", path.read_text("utf-8")))
+    marked = {row.name for row in layout.ROWS if row.lua}
+    assert used - QUEUE_FIELDS == marked
+    assert re.findall(r"(\w+) = ", layout.lua_table()) == [
+        row.name for row in layout.ROWS if row.lua and row.name != layout.MAIN
+    ]
+
+
 def test_the_scripts_get_the_names_of_every_row(bytes_db: redis.Redis) -> None:
     """The loader writes the rows into queue.lua's NAMES: the scripts name every key of the
-    layout as QueueKeys does."""
-    names = [row.name for row in layout.ROWS]
+    layout they use as QueueKeys does."""
+    names = [row.name for row in layout.ROWS if row.lua]
     fields = ", ".join(f"q.{name}" for name in names)
     text = f"-- names\n--#include queue.lua\nlocal q = queue_at(1)\nreturn {{{fields}}}\n"
     script = scripts.Script("names", loader.assemble_text(text, "names").text)
     keys = QueueKeys(KeyPrefix("é{t}"))
     reply = script(bytes_db, keys.script_keys, keys.script_args)
     assert [bytes(r).decode() for r in reply] == [
-        getattr(keys, row.attribute) for row in layout.ROWS
+        getattr(keys, row.attribute) for row in layout.ROWS if row.lua
     ]
 
 
@@ -97,7 +114,7 @@ def test_the_layout_directive_keeps_every_line_in_its_place() -> None:
     assert line == f"local NAMES = {layout.lua_table()} -- luacheck: no max line length"
     assert "queue = " not in layout.lua_table()  # KEYS[i] names the main queue
     for row in layout.ROWS[1:]:
-        assert f"{row.name} = '{row.suffix}'" in line
+        assert (f"{row.name} = '{row.suffix}'" in line) == row.lua, row.name
 
 
 def test_a_key_s_suffix_is_written_in_from_its_row() -> None:

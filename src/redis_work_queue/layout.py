@@ -51,6 +51,8 @@ class KeyRow:
         reference: Whether the reference design's layout has it (the keys every client of the
             design shares).
         description: What it holds, in one line.
+        lua: Whether the scripts name it: it is then in their ``NAMES`` table (:func:`lua_table`),
+            which every script call builds, so a key no script uses is left out.
     """
 
     name: str
@@ -60,6 +62,7 @@ class KeyRow:
     writers: tuple[Writer, ...]
     reference: bool
     description: str
+    lua: bool = True
 
     def __post_init__(self) -> None:
         if _SUFFIX.fullmatch(self.suffix) is None:
@@ -140,15 +143,15 @@ ROWS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "spark_write", ":spark:write", "hash", "queue", _SPARK, False,
-        "the totals of the Spark data source's last write",
+        "the totals of the Spark data source's last write", lua=False,
     ),
     KeyRow(
         "spark_batch", ":spark:batch:", "string", "batch", _SPARK, False,
-        "the items a Spark streaming read leased for one micro-batch (kept a week)",
+        "the items a Spark streaming read leased for one micro-batch (kept a week)", lua=False,
     ),
     KeyRow(
         "cleaned", ":cleaned", "string", "queue", _R, False,
-        "a flag with an expiry: a worker took the fleet's light-clean turn",
+        "a flag with an expiry: a worker took the fleet's light-clean turn", lua=False,
     ),
     KeyRow(
         "workers", ":workers", "zset", "queue", _R, False,
@@ -198,9 +201,11 @@ def kinds(writer: Writer) -> dict[str, str]:
 def lua_table() -> str:
     """The scripts' ``NAMES`` table, as one Lua table constructor on one line.
 
-    It maps each row's name to its suffix, but for the main queue's: that key is ``KEYS[i]``.
+    It maps the name of each row the scripts use to its suffix, but for the main queue's: that
+    key is ``KEYS[i]``.
     """
-    fields = ", ".join(f"{row.name} = '{row.suffix}'" for row in ROWS if row.name != MAIN)
+    rows = (row for row in ROWS if row.lua and row.name != MAIN)
+    fields = ", ".join(f"{row.name} = '{row.suffix}'" for row in rows)
     return "{" + fields + "}"
 
 

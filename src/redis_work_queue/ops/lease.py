@@ -209,12 +209,21 @@ class LeasePlan:
                 reply is then the pair (1 when this call completed it, the lease's reply)).
                 Only when the call will not block (``register_ms`` 0).
         """
-        once = "1" if request.at_most_once else "0"
-        flag = "1" if registered else "0"
-        head = (request.lease_ms, token, once, want, LEASE_BUDGET, register_ms, waiter, flag)
-        if finish is None:
-            return lease_call(self, *head, self.limits)
-        return lease_call(self, *head, self.limits, finish[0] + 1, finish[1])
+        finish_queue, finish_id = (None, None) if finish is None else (finish[0] + 1, finish[1])
+        return lease_call(
+            self,
+            request.lease_ms,
+            token,
+            "1" if request.at_most_once else "0",
+            want,
+            LEASE_BUDGET,
+            register_ms,
+            waiter,
+            "1" if registered else "0",
+            self.limits,
+            finish_queue,
+            finish_id,
+        )
 
     def claim(self, request: LeaseRequest, token: str, moved: bytes, waiter: str) -> ScriptCall:
         """The claim script call (see lua/claim.lua) of an id a blocking pop moved; one queue."""
