@@ -12,7 +12,7 @@ Rows:
   processing list stays short), ours against a minimal script doing the same writes (SET +
   LPUSH; RPOPLPUSH + GET + SET PX; DEL + LREM + DEL), an empty script, and variants of ours
   (the includes alone, as sent with the script and with every definition kept) to show what
-  costs what.
+  costs what; and renew (each leased item once, before its completion) against GET + PEXPIRE.
 * ``batch``: lease_many + complete_many and add_items at BATCH items per call, against minimal
   batch scripts, in server time per item and in client items per second.
 * ``complete_list``: complete's server time per call with a long processing list (5k stuck
@@ -84,6 +84,14 @@ local done = redis.call('DEL', p .. ':item:' .. id)
 redis.call('LREM', p .. ':processing', 1, id)
 redis.call('DEL', p .. ':lease:' .. id)
 return done
+"""
+RENEW_MIN = """
+local lease = ARGV[1] .. ':lease:' .. ARGV[2]
+if redis.call('GET', lease) == ARGV[3] then
+  redis.call('PEXPIRE', lease, ARGV[4])
+  return 1
+end
+return 0
 """
 EMPTY = "return 1"
 ADD_MANY_MIN = """
@@ -304,15 +312,15 @@ def single(
     queue = WorkQueue(KeyPrefix(PREFIX))
     mins = {n: loaded(db, s) for n, s in (("add", ADD_MIN), ("lease", LEASE_MIN))}
     mins["complete"] = loaded(db, COMPLETE_MIN)
+    mins["renew"] = loaded(db, RENEW_MIN)
     empty = loaded(db, EMPTY)
     preamble = {
         f"{kind}_{name}": loaded(db, _preamble(name, keep_unused=kind == "all"))
-        for name in ("add", "lease", "complete")
+        for name in ("add", "lease", "complete", "renew")
         for kind in ("kept", "all")
     }
-    meters = {
-        f"{who}_{op}": meter(db) for who in ("ours", "min") for op in ("add", "lease", "complete")
-    }
+    ops = ("add", "lease", "complete", "renew")
+    meters = {f"{who}_{op}": meter(db) for who in ("ours", "min") for op in ops}
     meters["empty"] = meter(db)
     meters["ours_chain"] = meter(db)
     for kind_op in preamble:
@@ -325,6 +333,7 @@ def single(
         items = meters["ours_lease"].measure(
             lambda: [queue.lease(db, 30, block=False) for _ in ids]
         )
+        meters["ours_renew"].measure(lambda: [queue.renew(db, it, 30) for it in items if it])
         meters["ours_complete"].measure(lambda: [queue.complete(db, it) for it in items if it])
         # The same items once more, each completed with the next one's lease in one call.
         for i in ids:
@@ -342,6 +351,9 @@ def single(
         meters["min_add"].measure(lambda: [mins["add"](sk, (*sa, i, DATA)) for i in ids])
         got = meters["min_lease"].measure(
             lambda: [mins["lease"](sk, (*sa, "t@1", 30000)) for _ in ids]
+        )
+        meters["min_renew"].measure(
+            lambda: [mins["renew"](sk, (*sa, g[0], "t@1", 30000)) for g in got]
         )
         meters["min_complete"].measure(lambda: [mins["complete"](sk, (*sa, g[0])) for g in got])
         meters["empty"].measure(lambda: [empty(sk, sa) for _ in ids])
@@ -498,6 +510,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 if ratio > TARGETS[op]:
                     missed.append(f"{op} {ratio:.2f}")
+            print(
+                f"  renew     ours {fig(s['ours_renew'])}  minimal {fig(s['min_renew'])}  "
+                f"ratio {s['ours_renew'] / s['min_renew']:4.2f}  includes alone, as sent "
+                f"{fig(s['preamble_kept_renew'])} (every definition "
+                f"{fig(s['preamble_all_renew'])}); commands run per call ours "
+                f"{s['ours_renew_commands']:4.1f} minimal {s['min_renew_commands']:4.1f}"
+            )
             print(f"  empty script {fig(s['empty']).strip()}")
             pair = s["ours_lease"] + s["ours_complete"]
             print(

@@ -3,10 +3,12 @@
 --#include wake.lua
 --#include delay.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) '1' to skip the existence check ('p': skip it, for one item queued on a caller's
--- pipeline), arg(2) delay in ms (0: none), arg(3) due time in ms since the epoch (0: none; wins
--- over the delay), arg(4) time to live in ms (0: none), then pairs of arg(5+2k) id and
--- arg(6+2k) data
+-- arg(1) skip_check: '1' to skip the existence check ('p': skip it, for one item queued on a
+--   caller's pipeline), '0' to add only items whose ids are new
+-- arg(2) delay_ms: the delay in ms (0: none)
+-- arg(3) due_ms: the due time in ms since the epoch (0: none; wins over the delay)
+-- arg(4) ttl_ms: the time to live in ms (0: none)
+-- arg(5...) items: an id and its data, for each item
 -- Returns, per item, 1 when it was added and 0 when its id existed already (nothing changed);
 -- with 'p', a plain 1, as the reference client's SET replies on a pipeline.
 -- Keeps: the data keys are written before the ids are pushed; an existing item is never queued

@@ -3,8 +3,12 @@
 --#include wake.lua
 --#include take.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand the item out at most once,
--- arg(4) the id that was moved, arg(5) the caller's waiter id, arg(6) max deliveries
+-- arg(1) lease_ms: the lease length in ms
+-- arg(2) token: the lease token
+-- arg(3) once: '1' to hand the item out at most once
+-- arg(4) moved: the id that was moved
+-- arg(5) waiter: the caller's waiter id
+-- arg(6) max_deliveries: the queue's max deliveries (0: no limit)
 -- Returns {1 (the queue's index), id, data, deliveries, ms leased}, as lease.lua replies; or 0
 -- when the id cannot be handed out: a cleaner already gave it back to the main queue (it is no
 -- longer on the processing list), it is no longer an item, it is a stray copy of a leased item,

@@ -2,7 +2,7 @@
 --#include queue.lua
 --#include finish.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1), arg(2), ... item ids
+-- arg(1...) ids: the items' ids
 -- Returns, per id, 1 when this call deleted its data key (it completed the item) and 0 when the
 -- item had already been completed (or had expired).
 -- Keeps: as finish (finish.lua): exactly one call returns 1 per item; no bookkeeping of an item

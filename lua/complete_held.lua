@@ -1,7 +1,7 @@
 -- complete_held: complete items, each only while the caller still holds its lease.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1), arg(2), ... pairs of an item id and the lease value (token@ms) its lease was given
+-- arg(1...) held: an item's id and the lease value (token@ms) its lease was given, for each item
 -- Returns, per pair, 1 when this call completed the item and 0 when it did not: the lease is not
 -- the caller's any more (it expired, or another worker holds the item now) or the item was
 -- completed already. Nothing changes for an item the caller does not hold.

@@ -1,8 +1,9 @@
 -- dead_letters: read one page of the dead-letter store, oldest first.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index (inclusive; negative counts from the newest); arg(3) the
--- most bytes of each dead letter's data to return (a preview), or -1 for the whole data
+-- arg(1) first: the first index
+-- arg(2) last: the last index (inclusive; negative counts from the newest)
+-- arg(3) preview: the most bytes of each dead letter's data to return, or -1 for the whole data
 -- Returns a list of {id, data, deliveries, reason, ms buried, size}: data is the first arg(3)
 -- bytes at most, size the length of the whole data.
 -- Keeps: read only; a preview sends no byte of a value beyond its bound to the client. A hash

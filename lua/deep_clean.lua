@@ -3,8 +3,9 @@
 --#include wake.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) the run's token, arg(2), arg(3), ... ids this run held that its second walk of the main
--- queue did not see, called after its pass over the processing list
+-- arg(1) token: the run's token
+-- arg(2...) ids: the ids this run held that its second walk of the main queue did not see
+-- Called after the run's pass over the processing list.
 -- Returns {microseconds this call held Redis, {ids requeued}}.
 -- Keeps: an id still held by this run is in neither list: not on the main queue (the walk did not
 -- see it, and a held id cannot enter it), and not on the processing list (the run's light-clean

@@ -2,8 +2,10 @@
 --#include queue.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) the run's token, arg(2) how long a hold lasts, in ms, arg(3), arg(4), ... suspects: ids
--- with a data key and no lease that the run's first walk of the main queue did not see
+-- arg(1) token: the run's token
+-- arg(2) hold_ms: how long a hold lasts, in ms
+-- arg(3...) ids: the suspects: ids with a data key and no lease that the run's first walk of the
+--   main queue did not see
 -- Returns {microseconds this call held Redis, {ids held}}.
 -- Keeps: only an item that exists and has no lease key (so it is neither leased nor delayed) is
 -- held; a hold is a lease, so from now on nothing queues the item (see hold.lua). A hold that

@@ -2,8 +2,9 @@
 --#include queue.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) SCAN cursor, arg(2) COUNT hint, arg(3) the pattern of the data keys (P:item:*, with P
--- glob-escaped)
+-- arg(1) cursor: the SCAN cursor
+-- arg(2) count: the COUNT hint
+-- arg(3) pattern: the pattern of the data keys (P:item:*, with P glob-escaped)
 -- Returns {microseconds this call held Redis, next cursor, {data keys}}. Leased items are among
 -- them: the hold step skips them (checking their leases here would cost every queued item a
 -- lookup that the first walk of the main queue makes needless).

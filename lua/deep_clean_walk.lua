@@ -2,8 +2,9 @@
 --#include queue.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) index of the first entry to read, arg(2) how many, arg(3) the run's token, or '' to
--- only read
+-- arg(1) first: the index of the first entry to read
+-- arg(2) count: how many entries to read
+-- arg(3) token: the run's token, or '' to only read
 -- Returns {microseconds this call held Redis, entries read, {ids}}: without a token, the ids
 -- read; with one, the ids read that this run holds, whose holds this call removed.
 -- Keeps: a held id that is on the main queue loses its hold in the same step as it is seen there,

@@ -3,7 +3,9 @@
 --#include queue.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) 'deliveries' or 'reasons': the hash to scan, arg(2) HSCAN cursor, arg(3) COUNT hint
+-- arg(1) which: the hash to scan, 'deliveries' or 'reasons'
+-- arg(2) cursor: the HSCAN cursor
+-- arg(3) count: the COUNT hint
 -- Returns {microseconds this call held Redis, next cursor, fields seen, ids forgotten}.
 -- Keeps: the bookkeeping of an existing item is never touched. Both hashes are read before the
 -- first write, so a key of the wrong type fails the call before anything is written.

@@ -1,12 +1,14 @@
 -- heartbeat: register a live worker of the queue (or remove its registration), and add the job
 -- durations it measured since its last beat to the queue's histogram.
 --#include queue.lua
--- KEYS[1] the queue's main queue (its other keys are named from ARGV[1], the key prefix P):
--- P:workers (sorted set, worker id -> ms its registration lapses), P:worker:<id> (hash) and
--- P:durations (hash, histogram field -> count, see durations.py).
--- arg(1) worker id, arg(2) registration length in ms (0: remove the registration), arg(3) n, the
--- number of histogram field, increment pairs that follow (arg(4) to arg(3 + 2n)), then field,
--- value pairs written into P:worker:<id> (the script adds 'beat', the server time in ms).
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) worker: the worker's id
+-- arg(2) ttl_ms: the registration's length in ms (0: remove the registration)
+-- arg(3) durations: n, the number of histogram pairs that lead the pairs below
+-- arg(4...) pairs: n pairs of a histogram field and its increment, then field, value pairs
+--   written into P:worker:<id> (the script adds 'beat', the server time in ms)
+-- Writes P:workers (sorted set, worker id -> ms its registration lapses), P:worker:<id> (hash)
+-- and P:durations (hash, histogram field -> count, see durations.py).
 -- Returns the number of live workers of the queue after the call.
 -- Keeps: P:workers holds no lapsed registration after a beat, and neither key outlives the last
 -- live registration: P:worker:<id> expires with its registration and P:workers with the latest.

@@ -9,15 +9,22 @@
 --#include finish.lua
 -- KEYS[i] queue i's main queue and ARGV[i] its key prefix, for queues i = 1..n in priority order
 -- (see queue.lua)
--- arg(1) lease length in ms, arg(2) lease token, arg(3) '1' to hand items out at most once,
--- arg(4) how many items, arg(5) the budget: how many ids the call may drop or bury before it
--- hands control back (and how many due delayed items it promotes per queue), arg(6) when nothing
--- is found: ms for which to register the caller as a worker blocked on the queues (0: it will
--- not block), arg(7) the caller's waiter id ('' when it does not block), arg(8) '1' when the
--- caller is registered already (it then leaves once it has items, or when it will not block),
--- arg(8+i) queue i's max deliveries (0: no limit); then, optionally, a completion that comes with
--- the lease (a worker completes its item and looks for the next in one call, never a blocking
--- one: arg(6) is then 0): arg(9+n) the index of the completed item's queue and arg(10+n) its id
+-- arg(1) lease_ms: the lease length in ms
+-- arg(2) token: the lease token
+-- arg(3) once: '1' to hand items out at most once
+-- arg(4) count: how many items
+-- arg(5) budget: how many ids the call may drop or bury before it hands control back (and how
+--   many due delayed items it promotes per queue)
+-- arg(6) register_ms: when nothing is found, ms for which to register the caller as a worker
+--   blocked on the queues (0: it will not block)
+-- arg(7) waiter: the caller's waiter id ('' when it does not block)
+-- arg(8) registered: '1' when the caller is registered already (it then leaves once it has
+--   items, or when it will not block)
+-- arg(8+i) max_deliveries: queue i's max deliveries (0: no limit)
+-- arg(9+n) finish_queue (optional): with a completion that comes with the lease (a worker
+--   completes its item and looks for the next in one call, never a blocking one: register_ms is
+--   then 0), the index of the completed item's queue
+-- arg(10+n) finish_id (optional): the completed item's id
 -- Returns, when items are handed out, one flat list: queue index, id, data and deliveries of
 -- each item in turn, then the ms they were leased at (one time for the call); when there is
 -- none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN when the budget

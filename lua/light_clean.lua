@@ -5,8 +5,9 @@
 --#include take.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) most ids to examine, arg(2) max deliveries (0: no limit), arg(3) most due delayed items
--- to promote
+-- arg(1) budget: the most ids to examine
+-- arg(2) max_deliveries: the queue's max deliveries (0: no limit)
+-- arg(3) due: the most due delayed items to promote
 -- Returns {examined, requeued, dropped, buried, promoted, microseconds this call held Redis}.
 -- Due delayed items are moved onto the main queue first, and lapsed registrations of blocked
 -- workers are dropped. Up to arg(1) ids are then taken from the tail of the processing list, each

@@ -1,7 +1,8 @@
 -- metrics: what a metrics exporter reads of a queue besides its stats, in one read-only call.
 --#include queue.lua
--- KEYS[1] the queue's main queue (its other keys are named from ARGV[1], the key prefix P).
--- arg(1) the most due delayed items to count (the count is capped there: it reads their ids).
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) due_cap: the most due delayed items to count (the count is capped there: it reads their
+--   ids)
 -- Returns {now, counts, durations, oldest, due, first_due, workers}: the server time in ms, the
 -- flat HGETALL of P:counts and of P:durations, the id at the old end of the main queue (the
 -- next to be leased; nil when empty), how many delayed items are due (at most arg(1)), the due

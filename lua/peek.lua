@@ -1,8 +1,9 @@
 -- peek: read a page of the main queue without taking anything.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index, as LRANGE indexes of the main queue list; arg(3) the
--- most bytes of each item's data to return (a preview), or -1 for the whole data
+-- arg(1) first: the first index, as an LRANGE index of the main queue list
+-- arg(2) last: the last index
+-- arg(3) preview: the most bytes of each item's data to return, or -1 for the whole data
 -- Returns {length of the main queue, {id, data, size}, ...}: the page in list order, with each
 -- item's data (its first arg(3) bytes at most) and the length of its whole data (data and size
 -- are nil for an id whose item is gone).

@@ -1,7 +1,8 @@
 -- pending: read a page of the processing list: the leased items and their leases.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index, as LRANGE indexes of the processing list
+-- arg(1) first: the first index, as an LRANGE index of the processing list
+-- arg(2) last: the last index
 -- Returns the list's {id, deliveries, lease value, lease ms left} in list order (newest lease
 -- first); the lease value is nil and the time left negative when the lease is gone (expired and
 -- awaiting a clean). Entries of completed items (no lease, no data key), left for the light clean

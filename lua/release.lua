@@ -4,9 +4,13 @@
 --#include delay.lua
 --#include take.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) item id, arg(2) the lease value the caller holds, arg(3) delay in ms (0: at once),
--- arg(4) max deliveries (0: no limit), arg(5) '1' to undo the delivery (the item goes back to
--- the leasing end as if it had not been handed out), arg(6) reason (optional)
+-- arg(1) item_id: the item's id
+-- arg(2) token: the lease value the caller holds
+-- arg(3) delay_ms: the delay in ms (0: at once)
+-- arg(4) max_deliveries: the queue's max deliveries (0: no limit)
+-- arg(5) undo: '1' to undo the delivery (the item goes back to the leasing end as if it had not
+--   been handed out)
+-- arg(6) reason (optional): why the try failed
 -- Returns 1 when the item went back to the queue (or to the delayed set), 2 when it had been
 -- delivered max times and was buried instead, 0 when the caller does not hold the lease (or the
 -- item no longer exists); then nothing changed.

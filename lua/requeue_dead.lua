@@ -3,7 +3,8 @@
 --#include wake.lua
 --#include dead.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1)... as dead.lua
+-- arg(1) which: 'oldest' or 'ids' (see dead.lua)
+-- arg(2...) chosen: with 'oldest', how many of the oldest dead letters; with 'ids', the ids
 -- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
 -- letters or are in use by a live item again (those stay dead).
 -- Keeps: a dead letter becomes an item again (data key, then queue) in one step; every key the

@@ -1,12 +1,13 @@
 -- snapshot: read one page of one part of a queue for an audit, without changing anything.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) the part: 'queue' (main queue), 'processing' (processing list), 'delayed', 'dead' or
--- 'ids'; arg(2) most bytes of data to return (the first entry is always read whatever its size);
--- then, for 'queue' and 'processing', arg(3) and arg(4) the first and last position counted from
--- the oldest end of the list (0 is the next id to be leased, or the oldest lease); for 'delayed'
--- and 'dead', arg(3) and arg(4) the first and last rank (soonest due, or longest dead, first);
--- for 'ids', arg(3), arg(4), ... item ids
+-- arg(1) part: 'queue' (main queue), 'processing' (processing list), 'delayed', 'dead' or 'ids'
+-- arg(2) max_bytes: the most bytes of data to return (the first entry is always read whatever
+--   its size)
+-- arg(3...) entries: for 'queue' and 'processing', the first and last position counted from the
+--   oldest end of the list (0 is the next id to be leased, or the oldest lease); for 'delayed'
+--   and 'dead', the first and last rank (soonest due, or longest dead, first); for 'ids', the
+--   item ids
 -- Returns {examined, rows}: how many entries of the page were looked at, oldest first (fewer than
 -- asked when the byte budget ran out), and a row {id, data, deliveries, lease ms left (-1: none),
 -- last failure reason (nil: none)} for each of them that is an item of that part. Ids whose item

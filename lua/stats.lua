@@ -2,7 +2,8 @@
 -- expired ones awaiting a clean.
 --#include queue.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
--- arg(1) first index, arg(2) last index of the processing-list chunk to inspect
+-- arg(1) first: the first index of the processing-list chunk to inspect
+-- arg(2) last: its last index
 -- Returns {queued, processing, delayed, dead, examined, live, gone}: the lengths of the main queue
 -- and the processing list, the numbers of delayed and dead items, and of the chunk's ids how many
 -- were examined, how many have a live lease, and how many are entries of completed items (no

@@ -20,4 +20,5 @@ pytest_plugins = [
     "plugins.queues",
     "plugins.faults",
     "plugins.node",
+    "plugins.checks",
 ]

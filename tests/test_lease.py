@@ -15,6 +15,7 @@ from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue, transport
 from redis_work_queue.calls import Command
 from redis_work_queue.ops import LEASE_BUDGET
+from redis_work_queue.ops.lease import claim_call
 
 QUEUE = KeyPrefix("lease")
 
@@ -325,7 +326,7 @@ def test_claim_script_returns_nothing_once_the_id_was_requeued(
     db.brpoplpush("lease:queue", "lease:processing", timeout=1)
     assert queue.light_clean(db).requeued == 1
     before = dump_state(db)
-    claim = queue.ops._call("claim", 30_000, "token", "0", "late-claim", "", 0)
+    claim = claim_call(queue.ops.keys, 30_000, "token", "0", b"late-claim", "", 0)
     reply = transport.execute(db, claim)
     assert reply == 0
     assert dump_state(db) == before

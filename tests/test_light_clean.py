@@ -10,7 +10,8 @@ import redis
 
 from helpers import b, keys_left, lrange, wait_for
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue
-from redis_work_queue.ops import QueueOps, cleaning
+from redis_work_queue.keyprefix import QueueKeys
+from redis_work_queue.ops import cleaning
 from redis_work_queue.ops.cleaning import CLEAN_FIRST
 from servers import Proc
 
@@ -145,12 +146,11 @@ def test_light_clean_of_100k_is_split_into_bounded_calls(
     assert real_db.llen("lc:processing") == total
     budgets: list[int] = []
     timed: list[int] = []
-    original = QueueOps._call
+    original = cleaning.light_clean_call
 
-    def spy(self: QueueOps, name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "light_clean":
-            budgets.append(int(args[0]))
-        return original(self, name, *args, **kwargs)
+    def spy(keys: QueueKeys, budget: int, *args: Any) -> Any:
+        budgets.append(int(budget))
+        return original(keys, budget, *args)
 
     real_update = cleaning.Pace.update
 
@@ -158,7 +158,7 @@ def test_light_clean_of_100k_is_split_into_bounded_calls(
         timed.append(elapsed_us)
         real_update(self, done, elapsed_us)
 
-    monkeypatch.setattr(QueueOps, "_call", spy)
+    monkeypatch.setattr(cleaning, "light_clean_call", spy)
     monkeypatch.setattr(cleaning.Pace, "update", update)
     report = queue.light_clean(real_db)
     requeued = sum(1 for i in range(1, total + 1) if i % 3 == 1)

@@ -8,16 +8,22 @@ refused operation reaches the caller as redis-py's ``OutOfMemoryError`` (not the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 from redis.exceptions import OutOfMemoryError
 
-from redis_work_queue import Item, WorkQueue
-from servers import Proc
-from test_write_checks import LEASE_SECS, PREFIX, dump, setup_queue
+from checks import LEASE_SECS, OTHER, PREFIX, OomCheck, dump, limit, oom_test, setup_queue
+from redis_work_queue import (
+    Item,
+    WorkQueue,
+    complete_and_lease_from,
+    lease_from,
+)
+from redis_work_queue.ops.spark import complete_held
+from redis_work_queue.transport import run
 
 pytestmark = pytest.mark.real_redis  # a server of the module's own
 
@@ -34,6 +40,13 @@ REFUSED: list[tuple[str, Op]] = [
     ("requeue_dead", lambda q, db, _: q.requeue_dead(db)),
 ]
 
+
+def _held(q: WorkQueue, db: redis.Redis, held: Item) -> Any:
+    # The Spark data source's completion of the items it still holds.
+    assert held.lease_token is not None
+    return run(db, complete_held(q.ops, [(held.id(), held.lease_token)]))
+
+
 #: Writes that may go through (their first write frees memory) or be refused.
 OTHERS: list[tuple[str, Op]] = [
     ("lease", lambda q, db, _: q.lease(db, LEASE_SECS, block=False)),
@@ -47,54 +60,22 @@ OTHERS: list[tuple[str, Op]] = [
     ("deep_clean", lambda q, db, _: q.deep_clean(db)),
     ("purge_dead", lambda q, db, _: q.purge_dead(db)),
     ("flush", lambda q, db, _: q.flush(db)),
+    ("lease_from", lambda q, db, _: lease_from(db, [WorkQueue(OTHER), q], LEASE_SECS, block=False)),
+    ("complete_and_lease_from", lambda q, db, held: complete_and_lease_from(db, q, held, [q], 30)),
+    ("release_outcome", lambda q, db, held: q.release_outcome(db, held, reason="again")),
+    ("renew_many", lambda q, db, held: q.renew_many(db, [held], LEASE_SECS)),
+    ("give_back", lambda q, db, held: q.give_back(db, [held], "stopping")),
+    ("complete_held", _held),
 ]
 
-
-@pytest.fixture
-def full_db(module_redis: Proc) -> Iterator[redis.Redis]:
-    """An emptied client of this module's own server (whose memory limit the tests lower and
-    raise); ``limit`` below makes it run out of memory."""
-    db = module_redis.client(socket_timeout=10)
-    db.config_set("maxmemory", 0)
-    db.config_set("maxmemory-policy", "noeviction")
-    db.flushdb()
-    try:
-        yield db
-    finally:
-        db.config_set("maxmemory", 0)
-
-
-def limit(db: redis.Redis) -> None:
-    """Leave the server out of memory: every write that needs memory is refused."""
-    db.config_set("maxmemory", 1)
-    with pytest.raises(OutOfMemoryError):
-        db.set("probe", b"x")
-
-
-@pytest.mark.parametrize(("name", "operation"), REFUSED, ids=[name for name, _ in REFUSED])
-def test_a_refused_write_is_out_of_memory_and_changes_nothing(
-    full_db: redis.Redis, queue: WorkQueue, name: str, operation: Op
-) -> None:
-    state = setup_queue(full_db, full_db)
-    limit(full_db)
-    before = dump(full_db)
-    with pytest.raises(OutOfMemoryError) as caught:
-        operation(queue, full_db, state.held)
-    assert "maxmemory" in str(caught.value)
-    assert dump(full_db) == before
-
-
-@pytest.mark.parametrize(("name", "operation"), OTHERS, ids=[name for name, _ in OTHERS])
-def test_other_writes_go_through_or_change_nothing(
-    full_db: redis.Redis, queue: WorkQueue, name: str, operation: Op
-) -> None:
-    state = setup_queue(full_db, full_db)
-    limit(full_db)
-    before = dump(full_db)
-    try:
-        operation(queue, full_db, state.held)
-    except OutOfMemoryError:
-        assert dump(full_db) == before
+#: Both tables, as rows of the shared harness (tests/checks.py).
+OOM_CHECKS = [
+    *(OomCheck(name, operation, refused=True) for name, operation in REFUSED),
+    *(OomCheck(name, operation) for name, operation in OTHERS),
+]
+#: Each row, on the sync and the asyncio API: refused writes change nothing; the others go
+#: through or change nothing.
+test_out_of_memory_refuses_cleanly = oom_test(OOM_CHECKS)
 
 
 def test_a_blocking_lease_on_an_empty_queue_is_refused(

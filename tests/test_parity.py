@@ -9,6 +9,7 @@ its reason.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import async_bridge
+import redis_work_queue
 from redis_work_queue import (
     AsyncWorker,
     AsyncWorkQueue,
@@ -27,6 +29,7 @@ from redis_work_queue import (
     complete_and_lease_from,
     lease_from,
 )
+from redis_work_queue.ops import registry
 
 #: Synchronous names in annotations, and the asyncio name that stands for each.
 TWIN_NAMES = {
@@ -35,6 +38,7 @@ TWIN_NAMES = {
     "WorkQueue": "AsyncWorkQueue",
     "Iterator": "AsyncIterator",
     "Handler": "AsyncHandler",
+    "Redis": "AsyncRedis",
 }
 _TWIN = re.compile(r"\b(" + "|".join(TWIN_NAMES) + r")\b")
 
@@ -117,6 +121,33 @@ def test_complete_and_lease_from_and_its_asyncio_twin_are_twins() -> None:
     assert_twins(complete_and_lease_from, acomplete_and_lease_from)
     assert inspect.iscoroutinefunction(acomplete_and_lease_from)
     assert not inspect.iscoroutinefunction(complete_and_lease_from)
+
+
+OPERATIONS = registry.operations()
+#: The registry's queue methods, and its functions with their asyncio twins.
+METHODS = sorted({name for op in OPERATIONS.values() for name in op.methods})
+FUNCTIONS = sorted(pair for op in OPERATIONS.values() for pair in op.functions)
+
+
+def _function(name: str) -> Callable[..., Any]:
+    """A function of the package by its registered name (``lease_from``, ``server.x``)."""
+    module, _, attribute = name.rpartition(".")
+    owner = importlib.import_module(f"redis_work_queue.{module}") if module else redis_work_queue
+    found: Callable[..., Any] = getattr(owner, attribute)
+    return found
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_each_registered_method_has_its_twin(name: str) -> None:
+    assert_twins(getattr(WorkQueue, name), getattr(AsyncWorkQueue, name))
+
+
+@pytest.mark.parametrize(("sync", "aio"), FUNCTIONS, ids=[sync for sync, _ in FUNCTIONS])
+def test_each_registered_function_has_its_asyncio_twin(sync: str, aio: str) -> None:
+    sync_function, aio_function = _function(sync), _function(aio)
+    assert_twins(sync_function, aio_function)
+    assert inspect.iscoroutinefunction(aio_function)
+    assert not inspect.iscoroutinefunction(sync_function)
 
 
 def test_workers_take_the_same_options_but_the_listed_ones() -> None:

@@ -35,7 +35,9 @@ from redis_work_queue import (
     WorkQueue,
     alease_from,
     lease_from,
+    scripts,
 )
+from redis_work_queue.ops import registry
 from redis_work_queue.scripts import preload
 from servers import Proc
 
@@ -93,6 +95,30 @@ def test_the_line_names_every_command_of_the_scripts() -> None:
     assert {"time", "type", "strlen", "hincrby"} <= called  # the scan finds them
     missing = called - granted()
     assert not missing, f"commands the scripts call but the ACL line does not grant: {missing}"
+
+
+def script_commands(name: str) -> set[str]:
+    """The commands a script sends, as it is sent (its includes' definitions it uses only)."""
+    text = scripts.load(name).script.decode()
+    return {word.lower() for word in set(re.findall(r"'([A-Z]{2,})'", text)) - NOT_COMMANDS}
+
+
+def test_the_line_grants_what_every_registered_operation_sends() -> None:
+    """Each operation of the registry: its scripts' commands, running them (EVALSHA, or EVAL
+    when the server has not loaded one) and its other commands, unless it copes with a refusal
+    (the eviction policy's read)."""
+    allowed = granted()
+    operations = registry.operations()
+    assert {"add_one", "lease_from", "heartbeat_steps"} <= set(operations)  # control
+    for op in operations.values():
+        needed = {command.lower() for command in op.commands}
+        for name in op.scripts:
+            needed |= {"evalsha", "eval"} | script_commands(name)
+        missing = needed - allowed
+        assert op.refusable or not missing, (
+            f"{op.name} needs what the line does not grant: {missing}"
+        )
+    assert {"hincrby", "time", "strlen"} <= script_commands("add")  # the scan finds them
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,10 @@
 -- queue: the layout every queue-level script shares.
 -- Keys: a script works on queues 1..n, n = #KEYS: KEYS[i] is queue i's main queue, ARGV[i] its
 -- key prefix; the script's own arguments follow (arg(k) is ARGV[n + k]). The other keys of a queue
--- are named from its prefix P, as keyprefix.py's QueueKeys names them (a test checks that they
--- agree): P:processing (list), P:item:<id> (data), P:lease:<id> (the lease, '<token>@<ms>'),
--- P:deliveries and P:reasons (hashes id -> delivery count / last failure reason), P:delayed
--- (sorted set id -> due ms), P:dead (sorted set id -> ms buried) with P:dead:<id> (hash: data,
--- deliveries, reason), P:waiting (sorted set of blocked workers -> ms their registration lapses)
--- and P:wake (list of wake-up tokens for them); the worker runner's P:workers (sorted set of live
--- workers -> ms their registration lapses) and P:worker:<id> (hash: one worker's registration);
--- P:counts (hash: counter name -> how many items took that path, see count()),
--- and P:durations (hash: the workers' job-duration histogram).
--- Every one of them shares P's hash tag, if any.
+-- are named from its prefix P by the layout table (src/redis_work_queue/layout.py, one row per
+-- key: its suffix, type and what it holds), which the loader writes into NAMES below: q.processing
+-- is P:processing, q.item .. id is P:item:<id>, and so on for every row. Every one of them shares
+-- P's hash tag, if any.
 -- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
 -- check_types, SIZES and read_strings (the type checks before a first write), now_ms, delivered,
 -- forget, DELAY_TOKEN.
@@ -22,13 +16,9 @@ local NQ = #KEYS
 -- implementation queues an item whose lease key exists.
 local DELAY_TOKEN = 'delayed'
 
--- A queue's key names, each made the first time it is used.
-local NAMES = {
-  processing = ':processing', item = ':item:', lease = ':lease:', deliveries = ':deliveries',
-  reasons = ':reasons', delayed = ':delayed', dead = ':dead', dead_item = ':dead:',
-  waiting = ':waiting', wake = ':wake', workers = ':workers', worker = ':worker:',
-  counts = ':counts', durations = ':durations',
-}
+-- A queue's key names after its prefix, each key made the first time it is used. The loader fills
+-- the table from the layout (see loader.py): the line is a directive.
+local NAMES = {} --#layout
 local LAZY = {
   __index = function(q, name)
     local key = q.prefix .. NAMES[name]

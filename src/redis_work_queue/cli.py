@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError
 
-from . import metrics, server, transport
+from . import layout, metrics, server, transport
 from .connect import Target, connect, mask, target, with_credentials
 from .durations import BOUNDS
 from .errors import (
@@ -144,22 +144,8 @@ def _clean_progress(progress: Progress) -> Callable[[CleanProgress], None]:
 
 # Checks shared by commands ----------------------------------------------------------------------
 
-#: The Redis type of each fixed key of a queue (see keyprefix.QueueKeys).
-KEY_TYPES = {
-    "queue": "list",
-    "processing": "list",
-    "deliveries": "hash",
-    "reasons": "hash",
-    "dead": "zset",
-    "delayed": "zset",
-    "waiting": "zset",
-    "wake": "list",
-    "spark_write": "hash",
-    "cleaned": "string",
-    "workers": "zset",
-    "counts": "hash",
-    "durations": "hash",
-}
+#: The Redis type of each fixed key of a queue, by QueueKeys attribute (from the layout table).
+KEY_TYPES = layout.KEY_TYPES
 _WRONGTYPE = re.compile(r"WRONGTYPE (?P<key>.+?) holds an? (?P<found>\w+), not an? (?P<kind>\w+)")
 
 

@@ -1,39 +1,24 @@
-"""Key names: every Redis key of a queue is built here and nowhere else."""
+"""Key names: every Redis key of a queue is named here, from the layout table of :mod:`.layout`."""
 
 from __future__ import annotations
 
 import re
 
+from . import layout
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from .layout import PER_KEY_NAMES, RESERVED_NAMES
+
+__all__ = [
+    "PER_KEY_NAMES",
+    "RESERVED_NAMES",
+    "KeyPrefix",
+    "QueueKeys",
+    "check_queue_name",
+    "glob_escape",
+]
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
-#: The names the key layout uses after a queue's prefix: ``<prefix>:<name>`` or
-#: ``<prefix>:<name>:<id>``. A queue may be named ``<prefix>:<name>`` for any name but those in
-#: :data:`PER_KEY_NAMES`: its keys then never meet those of queue ``<prefix>``.
-RESERVED_NAMES = (
-    "queue",
-    "processing",
-    "item",
-    "lease",
-    "deliveries",
-    "reasons",
-    "delayed",
-    "dead",
-    "waiting",
-    "wake",
-    "spark",
-    "workers",
-    "worker",
-    "cleaned",
-    "counts",
-    "durations",
-)
-#: The names under which a queue keeps one key per item (per worker, per Spark batch), found by
-#: pattern (``<prefix>:<name>:*``) by the flush and the deep clean. A queue whose name holds one
-#: of them as whole segments after a colon (``x:item``, ``x:dead:y``, ``x:spark:batch``) would
-#: have its keys taken for another queue's, so such names are refused.
-PER_KEY_NAMES = ("item", "lease", "dead", "worker", "spark:batch")
 _CLASHING = re.compile(":(" + "|".join(re.escape(n) for n in PER_KEY_NAMES) + ")(?=:|$)")
 
 
@@ -130,53 +115,58 @@ def check_queue_name(prefix: str) -> str:
     )
 
 
+#: (QueueKeys attribute, suffix) of every row of the layout, in its order.
+_SUFFIXES = tuple((row.attribute, row.suffix) for row in layout.ROWS)
+_FIXED = tuple(row.attribute for row in layout.FIXED)
+_PER_KEY = tuple(row.attribute for row in layout.PER_KEY)
+
+
 class QueueKeys:
-    """The key layout of one queue, as shared with every client of the design.
+    """The key layout of one queue: the name of every key, made once.
 
-    ``<prefix>:queue`` and ``<prefix>:processing`` are lists of ids; ``<prefix>:item:<id>`` holds
-    an item's data and ``<prefix>:lease:<id>`` its lease (with an expiry).
+    The layout is declared in :mod:`redis_work_queue.layout`, one row per key: its suffix after
+    the prefix, its Redis type, who writes it and what it holds (the wire contract's key table
+    is made from it). Each row gives an attribute here, holding the key (``queue`` is
+    ``<prefix>:queue``) or, for a key per item, worker or Spark batch, its prefix
+    (``item_prefix`` is ``<prefix>:item:``, and :meth:`item` names one item's key).
 
-    Besides those, the library keeps an item's delivery count in ``<prefix>:deliveries`` and
-    its last failure reason in ``<prefix>:reasons`` (hashes, id -> value), delayed items in
-    ``<prefix>:delayed`` (sorted set, id -> due time in ms) and dead letters in ``<prefix>:dead``
-    (sorted set, id -> time buried in ms) with each one's data, delivery count and reason in the
-    hash ``<prefix>:dead:<id>``. The Spark data source keeps the report of the last write in
-    ``<prefix>:spark:write`` and its batch records under ``<prefix>:spark:batch:``.
-    ``<prefix>:waiting`` (a sorted set: each blocked worker -> ms its registration lapses; the key
-    expires with its last registration) and ``<prefix>:wake`` (a short list of wake-up tokens)
-    wake workers that block on several queues at once. The worker runner keeps
-    ``<prefix>:cleaned`` (a flag with an expiry: a worker ran the light clean lately),
-    ``<prefix>:workers`` (sorted set, worker id -> ms its registration lapses) and each live
-    worker's ``<prefix>:worker:<id>`` (hash; both expire with the fleet). The scripts count the
-    items that took each path (added, completed, failed, retried, dead, expired, requeued) in the
-    hash ``<prefix>:counts`` (counter name -> number of items). The workers keep a job-duration
-    histogram in ``<prefix>:durations`` (a hash of counters, no expiry). The names the layout
-    uses are :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
+    Only four keys are shared with every client of the design: ``<prefix>:queue`` and
+    ``<prefix>:processing`` are lists of ids; ``<prefix>:item:<id>`` holds an item's data and
+    ``<prefix>:lease:<id>`` its lease (with an expiry). The names the layout uses are
+    :data:`RESERVED_NAMES`; queue names are checked by :func:`check_queue_name`.
     """
 
-    __slots__ = (
-        "cleaned",
-        "counts",
-        "dead",
-        "dead_prefix",
-        "delayed",
-        "deliveries",
-        "durations",
-        "item_prefix",
-        "lease_prefix",
-        "prefix",
-        "processing",
-        "queue",
-        "reasons",
-        "script_args",
-        "script_keys",
-        "spark_batch_prefix",
-        "spark_write",
-        "waiting",
-        "wake",
-        "worker_prefix",
-        "workers",
-    )
+    # For the type checker: every attribute and value below comes from layout.ROWS (a test
+    # checks that these annotations name exactly the attributes the rows give).
+    queue: str
+    processing: str
+    item_prefix: str
+    lease_prefix: str
+    deliveries: str
+    reasons: str
+    dead: str
+    dead_prefix: str
+    delayed: str
+    waiting: str
+    wake: str
+    spark_write: str
+    spark_batch_prefix: str
+    cleaned: str
+    workers: str
+    worker_prefix: str
+    counts: str
+    durations: str
+    #: The queue's key prefix.
+    prefix: str
+    #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name
+    #: the other keys from the prefix (see lua/include/queue.lua).
+    script_keys: tuple[str, ...]
+    script_args: tuple[str, ...]
+    #: Every key of the queue that is not per item (:meth:`fixed`): a call on Redis Cluster is
+    #: checked to touch one slot with them.
+    slot_keys: tuple[str, ...]
+
+    __slots__ = ("prefix", "script_args", "script_keys", "slot_keys", *layout.ATTRIBUTES)
 
     def __init__(self, prefix: KeyPrefix) -> None:
         """Name the keys of the queue ``prefix``.
@@ -185,29 +175,12 @@ class QueueKeys:
             InvalidArgumentError: The name clashes with another queue's keys (see
                 :func:`check_queue_name`).
         """
-        self.prefix = check_queue_name(prefix.prefix)
-        self.queue = prefix.of(":queue")
-        self.processing = prefix.of(":processing")
-        self.item_prefix = prefix.of(":item:")
-        self.lease_prefix = prefix.of(":lease:")
-        self.deliveries = prefix.of(":deliveries")
-        self.reasons = prefix.of(":reasons")
-        self.dead = prefix.of(":dead")
-        self.dead_prefix = prefix.of(":dead:")
-        self.delayed = prefix.of(":delayed")
-        self.waiting = prefix.of(":waiting")
-        self.wake = prefix.of(":wake")
-        self.spark_write = prefix.of(":spark:write")
-        self.spark_batch_prefix = prefix.of(":spark:batch:")
-        self.cleaned = prefix.of(":cleaned")
-        self.workers = prefix.of(":workers")
-        self.worker_prefix = prefix.of(":worker:")
-        self.counts = prefix.of(":counts")
-        self.durations = prefix.of(":durations")
-        #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts
-        #: name the other keys from the prefix, as above (see lua/include/queue.lua).
+        name = self.prefix = check_queue_name(prefix.prefix)
+        for attribute, suffix in _SUFFIXES:
+            setattr(self, attribute, name + suffix)
         self.script_keys = (self.queue,)
-        self.script_args = (self.prefix,)
+        self.script_args = (name,)
+        self.slot_keys = tuple(getattr(self, attribute) for attribute in _FIXED)
 
     def item(self, item_id: str) -> str:
         """The data key of ``item_id``."""
@@ -236,33 +209,13 @@ class QueueKeys:
     def patterns(self) -> tuple[str, ...]:
         """SCAN MATCH patterns for the queue's keys that are not fixed, prefix glob-escaped.
 
-        They cover item data, leases, dead letters, the Spark data source's batch records and
-        the workers' registrations: each is ``<prefix>:<name>:*`` for a name of
-        :data:`PER_KEY_NAMES`, which no other queue's keys can match (:func:`check_queue_name`).
+        They cover every family of keys of the layout (item data, leases, dead letters, the
+        Spark data source's batch records, the workers' registrations): each is
+        ``<prefix>:<name>:*`` for a name of :data:`PER_KEY_NAMES`, which no other queue's keys
+        can match (:func:`check_queue_name`).
         """
-        prefixes = (
-            self.item_prefix,
-            self.lease_prefix,
-            self.dead_prefix,
-            self.spark_batch_prefix,
-            self.worker_prefix,
-        )
-        return tuple(glob_escape(p) + "*" for p in prefixes)
+        return tuple(glob_escape(getattr(self, attribute)) + "*" for attribute in _PER_KEY)
 
     def fixed(self) -> tuple[str, ...]:
         """Every key of the queue that is not per item."""
-        return (
-            self.queue,
-            self.processing,
-            self.deliveries,
-            self.reasons,
-            self.dead,
-            self.delayed,
-            self.waiting,
-            self.wake,
-            self.spark_write,
-            self.cleaned,
-            self.workers,
-            self.counts,
-            self.durations,
-        )
+        return self.slot_keys

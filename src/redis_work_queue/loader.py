@@ -5,6 +5,15 @@ pieces it uses itself, in its leading comment block, one per line::
 
     --#include queue.lua
 
+One more directive completes a line of code from the key layout (:mod:`.layout`)::
+
+    local NAMES = {} --#layout
+    local LEASE = '' --#layout lease
+
+become ``local NAMES = {processing = ':processing', ...}`` (every row's suffix, by name) and
+``local LEASE = ':lease:'`` (one row's), one line still, so that every line keeps its number:
+the scripts name a queue's keys as ``QueueKeys`` does, from one table.
+
 The loader resolves these includes recursively and expands each piece once, its own includes
 first, ahead of the script's text, so a script lists only what it uses directly. It raises
 :class:`~redis_work_queue.errors.LuaSourceError` when a script is loaded, before anything is
@@ -36,6 +45,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from . import layout
 from .errors import LuaSourceError
 
 if sys.version_info >= (3, 11):
@@ -46,6 +56,11 @@ else:  # pragma: no cover - Python 3.10
 #: How every directive line starts; any line that starts so must be a valid directive.
 DIRECTIVE = "--#"
 _INCLUDE = re.compile(r"--#include ([A-Za-z0-9_]+\.lua)")
+#: The one directive that ends a line of code: the key layout's names fill its table, or one
+#: row's suffix its string.
+_LAYOUT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )(?:\{\} --#layout|'' --#layout ([a-z_]+))")
+#: luacheck's leave to the one long line the layout directive makes.
+_LONG_LINE = " -- luacheck: no max line length"
 #: Where the server says a script error happened, and which script it was: Redis writes
 #: ``user_script:12: ... script: <sha1>, on @user_script:12.``; fakeredis writes ``(call to
 #: f_<sha1>): @user_script:?: [string "<python>"]:12: ...``.
@@ -93,14 +108,33 @@ class LuaFile:
 def parse(text: str, label: str) -> LuaFile:
     """Split one file's text into its include directives and its other lines.
 
+    A line of code ending in ``{} --#layout`` gets the key layout's names in its table, one
+    ending in ``'' --#layout <row>`` that row's suffix in its string.
+
     Raises:
         LuaSourceError: A line starting with ``--#`` is not exactly ``--#include <name>.lua``, a
-            directive follows the first line of code, or a file is included twice.
+            directive follows the first line of code, a file is included twice, or a line of
+            code holds ``--#`` but is not ``local NAME = {} --#layout`` or
+            ``local NAME = '' --#layout <row>`` for a row of the layout.
     """
     includes: list[str] = []
     lines: list[tuple[int, str]] = []
     header = True
-    for number, line in enumerate(text.split("\n"), 1):
+    for number, read_line in enumerate(text.split("\n"), 1):
+        line = read_line
+        code = not line.lstrip().startswith("--")
+        if code and DIRECTIVE in line:
+            found = _LAYOUT.fullmatch(line)
+            if found is None:
+                raise LuaSourceError(
+                    f"{label}:{number}: {line!r} holds '--#' after code: the one directive "
+                    "there is 'local NAME = {} --#layout' or 'local NAME = '' --#layout <row>' "
+                    "(nothing after it)"
+                )
+            if found[2] is None:
+                line = found[1] + layout.lua_table() + _LONG_LINE
+            else:
+                line = found[1] + layout.lua_suffix(found[2], f"{label}:{number}")
         if line.lstrip().startswith(DIRECTIVE):
             match = _INCLUDE.fullmatch(line)
             if match is None:

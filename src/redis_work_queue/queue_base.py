@@ -51,8 +51,8 @@ class QueueBase:
         self.keys = QueueKeys(name)
         #: The queue's operations as generators of Redis calls (:class:`~.ops.QueueOps`), for
         #: code that drives them itself with :func:`~.transport.run` or :func:`~.transport.arun`
-        #: (the worker runners, the Spark data source) or writes its own on the same
-        #: conventions (:meth:`~.ops.QueueOps.script_call`).
+        #: (the worker runners, the Spark data source) or writes its own with the scripts'
+        #: argument builders (:mod:`~.ops.registry`).
         self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.

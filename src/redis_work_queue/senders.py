@@ -123,7 +123,10 @@ class Sender:
         for each in call.calls:
             self.check(db, each)
             queue_on(pipe, each)
-        return pipe.execute()
+        try:
+            return pipe.execute()
+        except ResponseError as err:  # a wrong type: the library's error, as for one call
+            raise translate_error(err) from err
 
     async def apipelined(self, db: Any, call: Pipelined) -> Any:
         """Asynchronous :meth:`pipelined`."""
@@ -131,7 +134,10 @@ class Sender:
         for each in call.calls:
             self.check(db, each)
             queue_on(pipe, each)
-        return await pipe.execute()
+        try:
+            return await pipe.execute()
+        except ResponseError as err:
+            raise translate_error(err) from err
 
     # Writes that wait for replicas -----------------------------------------------------------
 

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..calls import Command, Steps
+from .. import scripts
+from ..calls import Command, ScriptCall, Steps
+from ..keyprefix import QueueKeys
 from ..results import CleanProgress, CleanReport, ProgressCallback
+from .registry import builds
 
 if TYPE_CHECKING:
     from .queue import QueueOps
@@ -56,6 +59,57 @@ FORGET_PER_PASS = 1000
 #: Seconds between two calls of a progress callback, and between two INFO log lines.
 PROGRESS_SECS = 0.5
 LOG_SECS = 5.0
+
+
+# The scripts' argument builders -------------------------------------------------------------
+
+
+@builds("light_clean")
+def light_clean_call(keys: QueueKeys, budget: int, max_deliveries: int, due: int) -> ScriptCall:
+    """``lua/light_clean.lua``: one step over the processing list's oldest ``budget`` ids."""
+    args = (keys.prefix, budget, max_deliveries, due)
+    return ScriptCall(scripts.load("light_clean"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("forget_gone")
+def forget_gone_call(keys: QueueKeys, which: str, cursor: int, count: int) -> ScriptCall:
+    """``lua/forget_gone.lua``: one HSCAN step over the bookkeeping hash ``which``."""
+    args = (keys.prefix, which, cursor, count)
+    return ScriptCall(scripts.load("forget_gone"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("deep_clean_scan")
+def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str) -> ScriptCall:
+    """``lua/deep_clean_scan.lua``: one SCAN step over the queue's data keys."""
+    args = (keys.prefix, cursor, count, pattern)
+    script = scripts.load("deep_clean_scan")
+    return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("deep_clean_walk")
+def deep_clean_walk_call(keys: QueueKeys, first: int, count: int, token: str) -> ScriptCall:
+    """``lua/deep_clean_walk.lua``: one step of a walk of the main queue from its head."""
+    args = (keys.prefix, first, count, token)
+    script = scripts.load("deep_clean_walk")
+    return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("deep_clean_hold")
+def deep_clean_hold_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes) -> ScriptCall:
+    """``lua/deep_clean_hold.lua``: hold the suspects ``ids`` for run ``token``."""
+    args: tuple[scripts.Arg, ...] = (keys.prefix, token, hold_ms, *ids)
+    script = scripts.load("deep_clean_hold")
+    return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("deep_clean")
+def deep_clean_call(keys: QueueKeys, token: str, *ids: bytes) -> ScriptCall:
+    """``lua/deep_clean.lua``: queue the ``ids`` run ``token`` still holds (in neither list)."""
+    args: tuple[scripts.Arg, ...] = (keys.prefix, token, *ids)
+    return ScriptCall(scripts.load("deep_clean"), keys.script_keys, args, None, keys.slot_keys)
+
+
+# Pacing -------------------------------------------------------------------------------------
 
 
 class Pace:
@@ -167,7 +221,7 @@ def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> St
     while True:
         budget = max(1, min(pace.size, total - popped))
         due = pace.size
-        reply = yield ops.script_call("light_clean", budget, ops.max_deliveries, due)
+        reply = yield light_clean_call(ops.keys, budget, ops.max_deliveries, due)
         seen, back, gone, buried, promoted, elapsed_us = (int(v) for v in reply)
         pace.update(seen + promoted, elapsed_us)
         popped += seen
@@ -191,7 +245,7 @@ def _forget(
     for name in ("deliveries", "reasons"):
         checked = 0
         while True:
-            reply = yield ops.script_call("forget_gone", name, cursors[name], pace.size)
+            reply = yield forget_gone_call(ops.keys, name, cursors[name], pace.size)
             elapsed_us, cursor, fields, gone = (int(v) for v in reply)
             pace.update(max(fields, 1), elapsed_us)
             cursors[name] = cursor
@@ -230,7 +284,7 @@ def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Step
     first = 0
     while True:
         count = pace.size
-        elapsed_us, read, ids = yield ops.script_call("deep_clean_walk", first, count, token)
+        elapsed_us, read, ids = yield deep_clean_walk_call(ops.keys, first, count, token)
         pace.update(int(read), int(elapsed_us))
         collect.update(ids)
         first += int(read)
@@ -240,15 +294,15 @@ def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Step
 
 
 def _in_chunks(
-    ops: QueueOps, name: str, head: Sequence[Any], ids: Sequence[bytes], tally: _Tally
+    call: Callable[[Sequence[bytes]], ScriptCall], ids: Sequence[bytes], tally: _Tally
 ) -> Steps[list[bytes]]:
-    """Call script ``name`` with ``head`` then chunks of ``ids``; the ids each call returns."""
+    """Make ``call`` of chunks of ``ids`` (a builder's call of them); the ids each returns."""
     pace = Pace()
     out: list[bytes] = []
     start = 0
     while start < len(ids):
         chunk = ids[start : start + pace.size]
-        elapsed_us, got = yield ops.script_call(name, *head, *chunk)
+        elapsed_us, got = yield call(chunk)
         pace.update(len(chunk), int(elapsed_us))
         out.extend(got)
         start += len(chunk)
@@ -271,7 +325,7 @@ def deep_clean(
     cursor: Any = 0
     while True:
         count = pace.size
-        elapsed_us, cursor, found = yield ops.script_call("deep_clean_scan", cursor, count, pattern)
+        elapsed_us, cursor, found = yield deep_clean_scan_call(keys, cursor, count, pattern)
         pace.update(count, int(elapsed_us))
         tally.examined += len(found)
         candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
@@ -290,7 +344,9 @@ def deep_clean(
     del candidates
     # 3. Hold them; 4. release the ones queued meanwhile.
     tally.phase = "hold"
-    held = yield from _in_chunks(ops, "deep_clean_hold", (token, HOLD_MS), suspects, tally)
+    held = yield from _in_chunks(
+        lambda chunk: deep_clean_hold_call(keys, token, HOLD_MS, *chunk), suspects, tally
+    )
     del suspects
     released: set[bytes] = set()
     if held:
@@ -303,7 +359,9 @@ def deep_clean(
     # 6. Held ids in neither list.
     tally.phase = "requeue"
     rest = [i for i in held if i not in released]
-    lost = len((yield from _in_chunks(ops, "deep_clean", (token,), rest, tally)))
+    lost = len(
+        (yield from _in_chunks(lambda chunk: deep_clean_call(keys, token, *chunk), rest, tally))
+    )
     tally.requeued += lost
     # 7. Bookkeeping of items that no longer exist.
     tally.phase = "forget"

@@ -18,8 +18,26 @@ from ..calls import Command, ScriptCall, Steps
 from ..keyprefix import QueueKeys
 from ..results import WorkerInfo
 from ..validation import decode
+from .registry import builds, operation
+
+#: Where the docs describe the runner's heartbeats and clean turn.
+DOCS = "worker.md#what-it-does"
 
 
+@builds("heartbeat")
+def heartbeat_call(
+    keys: QueueKeys, worker: str, ttl_ms: int, durations: int, *pairs: scripts.Arg
+) -> ScriptCall:
+    """``lua/heartbeat.lua``: register ``worker`` for ``ttl_ms`` (0: remove its registration).
+
+    ``pairs`` holds ``durations`` histogram increments (field, value), then the registration's
+    fields (field, value).
+    """
+    args = (keys.prefix, worker, ttl_ms, durations, *pairs)
+    return ScriptCall(scripts.load("heartbeat"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@operation(scripts=("heartbeat",), writes=True, docs=DOCS)
 def heartbeat_steps(
     keys: QueueKeys,
     worker_id: str,
@@ -33,21 +51,15 @@ def heartbeat_steps(
     ``<P>:durations`` in the same call.
     """
     deltas = [(name, value) for name, value in (durations or {}).items() if value]
-    args: list[scripts.Arg] = [worker_id, ttl_ms, len(deltas)]
+    pairs: list[scripts.Arg] = []
     for name, value in deltas:
-        args += (name, value)
+        pairs += (name, value)
     for name, field_value in fields.items():
-        args += (name, field_value)
-    call = ScriptCall(
-        scripts.load("heartbeat"),
-        keys.script_keys,
-        (*keys.script_args, *args),
-        None,
-        (keys.workers, keys.worker(worker_id), keys.durations),
-    )
-    return int((yield call))
+        pairs += (name, field_value)
+    return int((yield heartbeat_call(keys, worker_id, ttl_ms, len(deltas), *pairs)))
 
 
+@operation(commands=("SET",), writes=True, docs=DOCS)
 def clean_gate_steps(keys: QueueKeys, worker_id: str, interval_ms: int) -> Steps[bool]:
     """Take the fleet's turn to light-clean the queue: True for at most one worker per interval.
 
@@ -111,6 +123,12 @@ def _finite(text: str, high: float, whole: bool) -> float | None:
     return value
 
 
+@operation(
+    functions=(("live_workers", "alive_workers"),),
+    commands=("TIME", "ZRANGE", "HGETALL"),
+    cli="workers",
+    docs=DOCS,
+)
 def workers_steps(keys: QueueKeys) -> Steps[list[WorkerInfo]]:
     """The queue's live workers (registrations not lapsed), oldest registration first."""
     seconds, micros = yield Command(("TIME",), route=keys.queue)

@@ -26,7 +26,9 @@ from .. import scripts
 from ..calls import Ask, Command, ScriptCall, Sleep, Steps
 from ..errors import InvalidArgumentError
 from ..item import Item
+from ..keyprefix import QueueKeys
 from ..validation import check_item, decode, new_token, to_ms
+from .registry import builds, operation
 
 if TYPE_CHECKING:
     from .queue import QueueOps
@@ -117,15 +119,68 @@ class LeaseRequest:
         return min(self.count, LEASE_CHUNK)
 
 
+@builds("lease")
+def lease_call(
+    plan: LeasePlan,
+    lease_ms: int,
+    token: str,
+    once: str,
+    count: int,
+    budget: int,
+    register_ms: int,
+    waiter: str,
+    registered: str,
+    max_deliveries: Sequence[int],
+    finish_queue: int | None = None,
+    finish_id: str | None = None,
+) -> ScriptCall:
+    """``lua/lease.lua``: lease up to ``count`` items from the plan's queues, in their order.
+
+    ``max_deliveries`` holds one limit per queue; ``finish_queue`` (the index from 1) and
+    ``finish_id`` name an item to complete first, in the same call.
+    """
+    args: tuple[scripts.Arg, ...] = (
+        *plan.script_args,
+        lease_ms,
+        token,
+        once,
+        count,
+        budget,
+        register_ms,
+        waiter,
+        registered,
+        *max_deliveries,
+    )
+    if finish_queue is not None and finish_id is not None:
+        args += (finish_queue, finish_id)
+    return ScriptCall(scripts.load("lease"), plan.script_keys, args, None, plan.slot_keys)
+
+
+@builds("claim")
+def claim_call(
+    keys: QueueKeys,
+    lease_ms: int,
+    token: str,
+    once: str,
+    moved: bytes,
+    waiter: str,
+    max_deliveries: int,
+) -> ScriptCall:
+    """``lua/claim.lua``: lease the id ``moved`` that a blocking pop took off the main queue."""
+    args = (keys.prefix, lease_ms, token, once, moved, waiter, max_deliveries)
+    return ScriptCall(scripts.load("claim"), keys.script_keys, args, None, keys.slot_keys)
+
+
 class LeasePlan:
     """The fixed parts of the lease calls over one list of queues (built once per queue)."""
 
-    __slots__ = ("keys", "limits", "prefix_args", "queues", "slot_keys")
+    __slots__ = ("limits", "queues", "script_args", "script_keys", "slot_keys")
 
     def __init__(self, queues: Sequence[QueueOps]) -> None:
         self.queues = tuple(queues)
-        self.keys = tuple(k for q in queues for k in q.script_keys)
-        self.prefix_args = tuple(a for q in queues for a in q.script_args)
+        #: The queues' part of the lease script's KEYS and ARGV, and the keys named from them.
+        self.script_keys = tuple(k for q in queues for k in q.script_keys)
+        self.script_args = tuple(a for q in queues for a in q.script_args)
         self.slot_keys = tuple(k for q in queues for k in q.slot_keys)
         self.limits = tuple(q.max_deliveries for q in queues)
 
@@ -154,8 +209,9 @@ class LeasePlan:
                 reply is then the pair (1 when this call completed it, the lease's reply)).
                 Only when the call will not block (``register_ms`` 0).
         """
-        args: tuple[scripts.Arg, ...] = (
-            *self.prefix_args,
+        finish_queue, finish_id = (None, None) if finish is None else (finish[0] + 1, finish[1])
+        return lease_call(
+            self,
             request.lease_ms,
             token,
             "1" if request.at_most_once else "0",
@@ -164,24 +220,16 @@ class LeasePlan:
             register_ms,
             waiter,
             "1" if registered else "0",
-            *self.limits,
+            self.limits,
+            finish_queue,
+            finish_id,
         )
-        if finish is not None:
-            args += (finish[0] + 1, finish[1])
-        return ScriptCall(scripts.load("lease"), self.keys, args, None, self.slot_keys)
 
     def claim(self, request: LeaseRequest, token: str, moved: bytes, waiter: str) -> ScriptCall:
         """The claim script call (see lua/claim.lua) of an id a blocking pop moved; one queue."""
-        args: tuple[scripts.Arg, ...] = (
-            *self.prefix_args,
-            request.lease_ms,
-            token,
-            "1" if request.at_most_once else "0",
-            moved,
-            waiter,
-            self.limits[0],
-        )
-        return ScriptCall(scripts.load("claim"), self.keys, args, None, self.slot_keys)
+        once = "1" if request.at_most_once else "0"
+        keys = self.queues[0].keys
+        return claim_call(keys, request.lease_ms, token, once, moved, waiter, self.limits[0])
 
 
 @dataclass(frozen=True)
@@ -366,6 +414,13 @@ def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int,
     ]
 
 
+@operation(
+    functions=(("lease_from", "alease_from"),),
+    scripts=("lease", "claim"),
+    commands=("BRPOPLPUSH", "BLPOP"),
+    writes=True,
+    docs="queue.md#the-api",
+)
 def lease_from(
     queues: Sequence[QueueOps],
     lease_secs: float,
@@ -413,6 +468,12 @@ def lease_from(
             return 0, found[0][1]
 
 
+@operation(
+    functions=(("complete_and_lease_from", "acomplete_and_lease_from"),),
+    scripts=("lease", "complete"),
+    writes=True,
+    docs="queue.md#the-api",
+)
 def complete_and_lease_from(
     queue: QueueOps, item: Item, queues: Sequence[QueueOps], lease_secs: float
 ) -> Steps[tuple[bool, tuple[int, Item] | None]]:

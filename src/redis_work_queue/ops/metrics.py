@@ -9,9 +9,11 @@ from typing import Any
 from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..durations import BOUNDS, OUTCOMES, bucket_field, sum_field
+from ..keyprefix import QueueKeys
 from ..results import QueueCounts, QueueStats
 from ..validation import decode
 from .queue import QueueOps, parse_counts
+from .registry import builds, operation
 
 #: ``rwq_delayed_due`` counts at most this many items (it reads their ids).
 DUE_CAP = 10_000
@@ -50,6 +52,13 @@ class QueueMetrics:
         return s.queued + self.delayed_due + s.leased + s.expired
 
 
+@builds("metrics")
+def metrics_call(keys: QueueKeys, due_cap: int) -> ScriptCall:
+    """``lua/metrics.lua``: what the exporter reads of a queue besides its stats."""
+    args = (keys.prefix, due_cap)
+    return ScriptCall(scripts.load("metrics"), keys.script_keys, args, None, keys.slot_keys)
+
+
 def id_time_ms(item_id: str) -> int | None:
     """The Unix time in ms held by a UUIDv7 id (hex or dashed), else None."""
     try:
@@ -76,13 +85,12 @@ def parse_durations(raw: dict[str, str]) -> dict[str, tuple[list[int], float]]:
     return out
 
 
+@operation(scripts=("stats", "metrics"), cli="metrics", docs="operations.md#metrics")
 def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
     """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``)."""
     stats = yield from ops.stats()
     keys = ops.keys
-    reply = yield ScriptCall(
-        scripts.load("metrics"), keys.script_keys, (*keys.script_args, DUE_CAP), None, keys.fixed()
-    )
+    reply = yield metrics_call(keys, DUE_CAP)
     now, counts, durations, oldest, due, first_due, workers = reply
     now_ms = int(now)
     born = id_time_ms(decode(oldest)) if oldest is not None else None

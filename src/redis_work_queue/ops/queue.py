@@ -1,6 +1,8 @@
 """The queue's operations, each written once as a generator of Redis calls (see :mod:`..calls`).
 
-This module builds script arguments and parses replies; it never talks to Redis itself.
+This module builds script arguments and parses replies; it never talks to Redis itself. The
+argument builders of the scripts it runs come first (one per script, see
+:func:`.registry.builds`), then :class:`QueueOps`.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .lease import (
     LeaseRequest,
     lease_items,
 )
+from .registry import Operation, builds, operation, register
 
 logger = logging.getLogger("redis_work_queue")
 
@@ -112,6 +115,116 @@ STATS_CHUNK = 2000
 FLUSH_CHUNK = 1000
 #: Script calls sent per round trip by the operations that make many independent calls.
 PIPELINE_CHUNK = 1000
+
+
+#: Where the docs describe the operations of the queues.
+API = "queue.md#the-api"
+#: The WAIT that follows a write: (replicas, timeout in ms), or None.
+Wait = tuple[int, int] | None
+
+
+# The scripts' argument builders -------------------------------------------------------------
+
+
+@builds("add")
+def add_call(
+    keys: QueueKeys,
+    skip_check: str,
+    delay_ms: int,
+    due_ms: int,
+    ttl_ms: int,
+    *items: scripts.Arg,
+    wait: Wait = None,
+) -> ScriptCall:
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
+    args = (keys.prefix, skip_check, delay_ms, due_ms, ttl_ms, *items)
+    return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
+
+
+@builds("renew")
+def renew_call(keys: QueueKeys, item_id: str, token: str, lease_ms: int) -> ScriptCall:
+    """``lua/renew.lua``: extend the lease on ``item_id`` while it holds ``token``."""
+    args = (keys.prefix, item_id, token, lease_ms)
+    return ScriptCall(scripts.load("renew"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("release")
+def release_call(
+    keys: QueueKeys,
+    item_id: str,
+    token: str,
+    delay_ms: int,
+    max_deliveries: int,
+    undo: str,
+    reason: str | None = None,
+) -> ScriptCall:
+    """``lua/release.lua``: give ``item_id`` back while it holds ``token``."""
+    args: tuple[scripts.Arg, ...] = (keys.prefix, item_id, token, delay_ms, max_deliveries, undo)
+    if reason is not None:
+        args += (reason,)
+    return ScriptCall(scripts.load("release"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("complete")
+def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
+    """``lua/complete.lua``: complete the items ``ids``."""
+    args = (keys.prefix, *ids)
+    return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
+
+
+@builds("stats")
+def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("peek")
+def peek_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCall:
+    """``lua/peek.lua``: the main queue's entries first..last (list indexes), with their data.
+
+    ``preview`` is how many bytes of each item's data come back (-1: all of it).
+    """
+    args = (keys.prefix, first, last, preview)
+    return ScriptCall(scripts.load("peek"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("pending")
+def pending_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
+    """``lua/pending.lua``: the processing list's entries first..last, with their leases."""
+    args = (keys.prefix, first, last)
+    return ScriptCall(scripts.load("pending"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("dead_letters")
+def dead_letters_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCall:
+    """``lua/dead_letters.lua``: the dead letters first..last, oldest first.
+
+    ``preview`` is how many bytes of each dead letter's data come back (-1: all of it).
+    """
+    args = (keys.prefix, first, last, preview)
+    return ScriptCall(scripts.load("dead_letters"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("requeue_dead")
+def requeue_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
+    """``lua/requeue_dead.lua``: requeue the ``'oldest'`` count, or the ``'ids'``, chosen."""
+    args = (keys.prefix, which, *chosen)
+    return ScriptCall(scripts.load("requeue_dead"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("purge_dead")
+def purge_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
+    """``lua/purge_dead.lua``: delete the ``'oldest'`` count, or the ``'ids'``, chosen."""
+    args = (keys.prefix, which, *chosen)
+    return ScriptCall(scripts.load("purge_dead"), keys.script_keys, args, None, keys.slot_keys)
+
+
+#: The builders of the dead-letter actions, by script name.
+_DEAD_ACTIONS = {"requeue_dead": requeue_dead_call, "purge_dead": purge_dead_call}
+
+
+# Replies ------------------------------------------------------------------------------------
 
 
 def parse_counts(reply: Any) -> QueueCounts:
@@ -179,34 +292,10 @@ class QueueOps:
         #: This queue's part of every script's KEYS and ARGV, and the keys named from them.
         self.script_keys = keys.script_keys
         self.script_args = keys.script_args
-        self.slot_keys = keys.fixed()
-        # Ready-made parts of the hot calls.
-        self._add = scripts.load("add")
-        self._complete = scripts.load("complete")
-        self._add_unchecked = (keys.prefix, "1", 0, 0, 0)
-        self._add_checked = (keys.prefix, "0", 0, 0, 0)
+        self.slot_keys = keys.slot_keys
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.
         self.clean_state = cleaning.CleanState()
-
-    def script_call(self, name: str, *args: scripts.Arg) -> ScriptCall:
-        """A call of ``lua/<name>.lua`` with this queue's KEYS and leading ARGV, then ``args``.
-
-        For operations written on the same conventions outside this module (the Spark data
-        source's snapshot pages and held completes), to be driven by ``transport.run``/``arun``.
-        """
-        return self._call(name, *args)
-
-    def _call(
-        self, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
-    ) -> ScriptCall:
-        return ScriptCall(
-            scripts.load(name),
-            self.script_keys,
-            (*self.script_args, *args),
-            wait,
-            self.slot_keys,
-        )
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -225,23 +314,34 @@ class QueueOps:
 
     # Adding -----------------------------------------------------------------------------------
 
-    def add_call(
+    def checked_add(
         self,
         items: Sequence[Item],
         skip_check: bool,
         delay: float | datetime | None = None,
         ttl: float | None = None,
-        wait: tuple[int, int] | None = None,
+        wait: Wait = None,
     ) -> ScriptCall:
-        """The one call that adds ``items``, checking that each id is new unless ``skip_check``."""
+        """The one call that adds ``items``, checking that each id is new unless ``skip_check``.
+
+        The options are checked here; the items are not (see :func:`check_item`).
+        """
         delay_ms, due_ms = when_due(delay)
         ttl_ms = 0 if ttl is None else to_ms(ttl, "ttl")
         fields: list[scripts.Arg] = []
         for item in items:
             fields += (item.id(), item.data())
         flag = "1" if skip_check else "0"
-        return self._call("add", flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
+        return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
+    @operation(
+        methods=("add_item_to_pipeline", "add_unique_item_to_pipeline"),
+        scripts=("add",),
+        commands=("LLEN", "SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        via=("add_unique_item",),
+        docs=API,
+    )
     def pipeline_add(self, item: Item) -> tuple[ScriptCall, Command]:
         """The calls that queue the add of one item whose id is new on a caller's pipeline.
 
@@ -251,12 +351,11 @@ class QueueOps:
         Raises:
             InvalidArgumentError: ``item`` is not an Item.
         """
-        call = self.add_call([check_item(item)], skip_check=True)
-        args = (*call.args[:1], "p", *call.args[2:])
-        return ScriptCall(call.script, call.keys, args, None, call.slot_keys), Command(
-            ("LLEN", self.keys.queue)
-        )
+        item = check_item(item)
+        call = add_call(self.keys, "p", 0, 0, 0, item.id(), item.data())
+        return call, Command(("LLEN", self.keys.queue))
 
+    @operation(methods=("add_items",), scripts=("add",), commands=("WAIT",), writes=True, docs=API)
     def add(
         self,
         items: Iterable[Item],
@@ -275,11 +374,11 @@ class QueueOps:
         """
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
-        self.add_call([], skip_check, delay, ttl)  # validates the options before sending
+        self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
         added: list[bool] = []
         for chunk in _add_chunks(checked):
             try:
-                reply: Reply = yield self.add_call(chunk, skip_check, delay, ttl, wait)
+                reply: Reply = yield self.checked_add(chunk, skip_check, delay, ttl, wait)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = added
@@ -289,6 +388,13 @@ class QueueOps:
             self._check_acked(wait, reply, added[0] if one else added)
         return added
 
+    @operation(
+        methods=("add_item", "add_unique_item"),
+        scripts=("add",),
+        commands=("WAIT",),
+        writes=True,
+        docs=API,
+    )
     def add_one(
         self,
         item: Item,
@@ -301,16 +407,20 @@ class QueueOps:
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
-            head = self._add_unchecked if skip_check else self._add_checked
-            args = (*head, item.id(), item.data())
-            return bool(
-                (yield ScriptCall(self._add, self.script_keys, args, None, self.slot_keys))[0]
-            )
+            flag = "1" if skip_check else "0"
+            return bool((yield add_call(self.keys, flag, 0, 0, 0, item.id(), item.data()))[0])
         added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
         return added[0]
 
     # Leasing ----------------------------------------------------------------------------------
 
+    @operation(
+        methods=("lease_many",),
+        scripts=("lease", "claim"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+    )
     def lease(
         self,
         lease_secs: float,
@@ -328,6 +438,13 @@ class QueueOps:
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
+    @operation(
+        methods=("lease",),
+        scripts=("lease", "claim"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+    )
     def lease_one(
         self,
         lease_secs: float,
@@ -339,24 +456,37 @@ class QueueOps:
         leased = yield from self.lease(lease_secs, block, timeout, at_most_once)
         return leased[0] if leased else None
 
+    @operation(methods=("renew",), scripts=("renew",), writes=True, docs=API)
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
-        return bool((yield self.renew_call(item, lease_secs)))
+        return bool((yield self.checked_renew(item, lease_secs)))
 
-    def renew_call(self, item: Item, lease_secs: float) -> ScriptCall:
+    def checked_renew(self, item: Item, lease_secs: float) -> ScriptCall:
         """The one call of :meth:`renew` (its arguments are checked here)."""
         item, token = held_token(item)
-        ms = to_ms(lease_secs, "lease_secs")
-        renew = scripts.load("renew")
-        return ScriptCall(renew, (self.keys.lease(item.id()),), (token, ms))
+        return renew_call(self.keys, item.id(), token, to_ms(lease_secs, "lease_secs"))
 
+    @operation(
+        methods=("renew_many",),
+        scripts=("renew",),
+        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        docs=API,
+    )
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
-        return (yield from self._pipelined([self.renew_call(i, lease_secs) for i in items]))
+        return (yield from self._pipelined([self.checked_renew(i, lease_secs) for i in items]))
 
+    @operation(
+        methods=("give_back",),
+        scripts=("release",),
+        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
+        writes=True,
+        docs=API,
+    )
     def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
         """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
-        calls = [self.release_call(i, 0, reason, undo=True) for i in items]
+        calls = [self.checked_release(i, 0, reason, undo=True) for i in items]
         return (yield from self._pipelined(calls))
 
     @staticmethod
@@ -368,6 +498,7 @@ class QueueOps:
             flags += (bool(int(reply)) for reply in replies)
         return flags
 
+    @operation(methods=("release",), scripts=("release",), writes=True, docs=API)
     def release(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[bool]:
@@ -378,28 +509,35 @@ class QueueOps:
         """
         return (yield from self.release_outcome(item, delay, reason, undo)) != Released.NOT_HELD
 
+    @operation(methods=("release_outcome",), scripts=("release",), writes=True, docs=API)
     def release_outcome(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> Steps[Released]:
         """Give a held item back and say where it went; see :meth:`release`."""
-        return Released(int((yield self.release_call(item, delay, reason, undo))))
+        return Released(int((yield self.checked_release(item, delay, reason, undo))))
 
-    def release_call(
+    def checked_release(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
     ) -> ScriptCall:
         """The one call of :meth:`release_outcome` (its arguments are checked here)."""
         item, token = held_token(item)
         delay_ms = to_ms(delay, "delay", minimum=0)
-        extra: tuple[str, ...] = ()
-        if reason is not None:
-            if not isinstance(reason, str):
-                raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
-            extra = (reason,)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
         flag = "1" if undo else "0"
-        return self._call("release", item.id(), token, delay_ms, self.max_deliveries, flag, *extra)
+        return release_call(
+            self.keys, item.id(), token, delay_ms, self.max_deliveries, flag, reason
+        )
 
     # Completing -------------------------------------------------------------------------------
 
+    @operation(
+        methods=("complete_many",),
+        scripts=("complete",),
+        commands=("WAIT",),
+        writes=True,
+        docs=API,
+    )
     def complete(
         self, items: Iterable[Item], replicas: int | None = None, *, one: bool = False
     ) -> Steps[list[Item]]:
@@ -414,7 +552,7 @@ class QueueOps:
         done: list[Item] = []
         for chunk in _chunks(checked, COMPLETE_CHUNK):
             try:
-                reply: Reply = yield self._call("complete", *(i.id() for i in chunk), wait=wait)
+                reply: Reply = yield complete_call(self.keys, *(i.id() for i in chunk), wait=wait)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = done
@@ -424,19 +562,27 @@ class QueueOps:
             self._check_acked(wait, reply, bool(done) if one else done)
         return done
 
+    @operation(
+        methods=("complete",), scripts=("complete",), commands=("WAIT",), writes=True, docs=API
+    )
     def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
         """Complete one item; True for the one call that removed it."""
         if replicas is None and not self.replicas:
             item = check_item(item)
-            args = (self.keys.prefix, item.id())
-            return bool(
-                (yield ScriptCall(self._complete, self.script_keys, args, None, self.slot_keys))[0]
-            )
+            return bool((yield complete_call(self.keys, item.id()))[0])
         done = yield from self.complete([item], replicas, one=True)
         return bool(done)
 
     # Cleaning ---------------------------------------------------------------------------------
 
+    @operation(
+        methods=("light_clean",),
+        scripts=("light_clean", "forget_gone"),
+        commands=("LLEN",),
+        writes=True,
+        cli="light-clean",
+        docs=API,
+    )
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
         return (yield from cleaning.light_clean(self, self.clean_state))
@@ -455,17 +601,33 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
+    @operation(
+        methods=("deep_clean",),
+        scripts=(
+            "deep_clean_scan",
+            "deep_clean_walk",
+            "deep_clean_hold",
+            "light_clean",
+            "deep_clean",
+            "forget_gone",
+        ),
+        commands=("LLEN",),
+        writes=True,
+        cli="deep-clean",
+        docs=API,
+    )
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
         """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
         return (yield from cleaning.deep_clean(self, new_token(), progress))
 
     # Inspection -------------------------------------------------------------------------------
 
+    @operation(methods=("stats",), scripts=("stats",), cli="info", docs=API)
     def stats(self) -> Steps[QueueStats]:
         """The queue's counts; the processing list is checked in chunks."""
         start = live = examined = gone = 0
         while True:
-            reply: list[int] = yield self._call("stats", start, start + STATS_CHUNK - 1)
+            reply: list[int] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
             queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply)
             examined += seen
             live += alive
@@ -482,11 +644,13 @@ class QueueOps:
             dead=dead,
         )
 
+    @operation(methods=("counts",), commands=("HGETALL",), docs=API)
     def counts(self) -> Steps[QueueCounts]:
         """The queue's counters (one HGETALL); see ``WorkQueue.counts``."""
         key = self.keys.counts
         return parse_counts((yield Command(("HGETALL", key), route=key, slot_keys=(key,))))
 
+    @operation(methods=("peek",), scripts=("peek",), docs=API)
     def peek(
         self, start: int, count: int, preview_bytes: int | None = None
     ) -> Steps[list[QueuedItem]]:
@@ -500,13 +664,14 @@ class QueueOps:
         else:
             first, last = -start - count, -start - 1
             first = max(first, 0)
-        length, *rows = yield self._call("peek", first, last, bound)
+        length, *rows = yield peek_call(self.keys, first, last, bound)
         base = start if start >= 0 else max(int(length) + start, 0)
         return [
             QueuedItem(base + offset, decode(raw_id), data, None if size is None else int(size))
             for offset, (raw_id, data, size) in enumerate(reversed(rows))
         ]
 
+    @operation(methods=("item_data",), commands=("GET", "HGET"), docs=API)
     def item_data(self, item_id: str, dead: bool = False) -> Steps[bytes | None]:
         """One item's whole data (of its dead letter with ``dead``); see ``WorkQueue.item_data``."""
         item_id = check_item_id(item_id)
@@ -519,6 +684,7 @@ class QueueOps:
         data: bytes | None = yield Command(command, route=key, slot_keys=(key,))
         return data
 
+    @operation(methods=("pending",), scripts=("pending",), docs=API)
     def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
         """A page of the processing list, oldest lease first; see ``WorkQueue.pending``."""
         check_page(start, count)
@@ -526,7 +692,7 @@ class QueueOps:
             first, last = -(start + count), -(start + 1)
         else:
             first, last = max(-start - count, 0), -start - 1
-        rows: list[list[Reply]] = yield self._call("pending", first, last)
+        rows: list[list[Reply]] = yield pending_call(self.keys, first, last)
         out = []
         for raw_id, deliveries, lease, pttl in reversed(rows):
             token, leased_at = _parse_token(lease)
@@ -534,6 +700,7 @@ class QueueOps:
             out.append(PendingItem(decode(raw_id), int(deliveries), leased_at, left, token))
         return out
 
+    @operation(methods=("flush",), commands=("SCAN", "UNLINK"), writes=True, cli="flush", docs=API)
     def flush(self, progress: Callable[[int], None] | None = None) -> Steps[FlushReport]:
         """Delete every key of the queue, in chunks; see ``WorkQueue.flush``.
 
@@ -559,6 +726,7 @@ class QueueOps:
 
     # Dead letters -----------------------------------------------------------------------------
 
+    @operation(methods=("dead_letters",), scripts=("dead_letters",), cli="dead-letters", docs=API)
     def dead_letters(
         self, start: int, count: int, preview_bytes: int | None = None
     ) -> Steps[list[DeadLetter]]:
@@ -568,7 +736,7 @@ class QueueOps:
         stop = start + count - 1
         if start < 0 <= stop:
             stop = -1
-        rows: list[list[Reply]] = yield self._call("dead_letters", start, stop, bound)
+        rows: list[list[Reply]] = yield dead_letters_call(self.keys, start, stop, bound)
         return [
             DeadLetter(decode(i), data, int(n), decode(reason), int(ms) / 1000, int(size))
             for i, data, n, reason, ms, size in rows
@@ -577,22 +745,30 @@ class QueueOps:
     def _dead_action(
         self, name: str, ids: Iterable[str] | None, progress: Callable[[int], None] | None
     ) -> Steps[int]:
+        build = _DEAD_ACTIONS[name]
         done = 0
         if ids is None:
             while True:
-                moved, missed = (int(v) for v in (yield self._call(name, "oldest", DEAD_CHUNK)))
+                moved, missed = (int(v) for v in (yield build(self.keys, "oldest", DEAD_CHUNK)))
                 done += moved
                 if progress is not None:
                     progress(done)
                 if moved + missed < DEAD_CHUNK or moved == 0:
                     return done
         for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
-            moved, _ = yield self._call(name, "ids", *chunk)
+            moved, _ = yield build(self.keys, "ids", *chunk)
             done += int(moved)
             if progress is not None:
                 progress(done)
         return done
 
+    @operation(
+        methods=("requeue_dead",),
+        scripts=("requeue_dead",),
+        writes=True,
+        cli="dead-letters",
+        docs=API,
+    )
     def requeue_dead(
         self, ids: Iterable[str] | None, progress: Callable[[int], None] | None = None
     ) -> Steps[int]:
@@ -602,12 +778,36 @@ class QueueOps:
         """
         return (yield from self._dead_action("requeue_dead", ids, progress))
 
+    @operation(
+        methods=("purge_dead",),
+        scripts=("purge_dead",),
+        writes=True,
+        cli="dead-letters",
+        docs=API,
+    )
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""
         return (yield from self._dead_action("purge_dead", ids, None))
 
     # Counting ---------------------------------------------------------------------------------
 
+    @operation(
+        methods=("queue_len", "processing", "dead_count"), commands=("LLEN", "ZCARD"), docs=API
+    )
     def length(self, key: str, kind: str = "LLEN") -> Steps[int]:
         """The length of one of the queue's keys."""
         return int((yield Command((kind, key))))
+
+
+#: The facades' ``leased``: a lease, then the completion or the release of the item.
+register(
+    Operation(
+        "leased",
+        methods=("leased",),
+        scripts=("lease", "claim", "complete", "release"),
+        commands=("BRPOPLPUSH",),
+        writes=True,
+        docs=API,
+        via=("lease", "complete", "release"),
+    )
+)

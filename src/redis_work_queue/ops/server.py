@@ -9,6 +9,7 @@ from redis.exceptions import RedisError
 
 from ..calls import Command, Steps
 from ..errors import WorkQueueError
+from .registry import operation
 
 logger = logging.getLogger("redis_work_queue.server")
 
@@ -63,6 +64,15 @@ def _worst(policies: list[str]) -> str | None:
     return policies[0] if policies else None
 
 
+@operation(
+    functions=(
+        ("server.eviction_policy", "server.aeviction_policy"),
+        ("server.check_eviction", "server.acheck_eviction"),
+    ),
+    commands=("CONFIG", "INFO"),
+    refusable=True,
+    docs="operations.md#eviction-policy",
+)
 def policy_steps() -> Steps[str | None]:
     """Read ``maxmemory-policy``: CONFIG GET, else INFO memory, else None."""
     try:

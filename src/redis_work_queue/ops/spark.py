@@ -1,7 +1,7 @@
 """The operations the Spark data source adds to the queue's: snapshot pages and held completes.
 
 Both are generators of script calls with the uniform KEYS and ARGV of
-``lua/include/queue.lua`` (see :meth:`.queue.QueueOps.script_call`).
+``lua/include/queue.lua``, each made by its script's builder below.
 """
 
 from __future__ import annotations
@@ -11,14 +11,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
-from ..calls import Steps
+from ..calls import ScriptCall, Steps
+from ..keyprefix import QueueKeys
 from ..validation import decode
 from .queue import QueueOps
+from .registry import builds, operation
 
 #: The parts of a queue a snapshot reads, and the state of the items in each.
 PARTS = ("queue", "processing", "delayed", "dead")
 #: Pairs one ``complete_held`` call completes.
 COMPLETE_CHUNK = 500
+
+
+@builds("snapshot")
+def snapshot_call(keys: QueueKeys, part: str, max_bytes: int, *entries: scripts.Arg) -> ScriptCall:
+    """``lua/snapshot.lua``: one page of one part of the queue (``entries`` says which)."""
+    args = (keys.prefix, part, max_bytes, *entries)
+    return ScriptCall(scripts.load("snapshot"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("complete_held")
+def complete_held_call(keys: QueueKeys, *held: str) -> ScriptCall:
+    """``lua/complete_held.lua``: complete items still held (an id, then its lease value, each)."""
+    args = (keys.prefix, *held)
+    script = scripts.load("complete_held")
+    return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class Entry:
         return part
 
 
+@operation(scripts=("snapshot",), docs="spark.md#reads")
 def snapshot_page(
     ops: QueueOps, part: str, max_bytes: int, *args: scripts.Arg
 ) -> Steps[tuple[int, list[Entry]]]:
@@ -62,7 +80,7 @@ def snapshot_page(
     Returns:
         How many entries were looked at, and the items among them.
     """
-    examined, rows = yield ops.script_call("snapshot", part, max_bytes, *args)
+    examined, rows = yield snapshot_call(ops.keys, part, max_bytes, *args)
     entries = [
         Entry(
             decode(raw_id),
@@ -76,6 +94,7 @@ def snapshot_page(
     return int(examined), entries
 
 
+@operation(scripts=("complete_held",), writes=True, docs="spark.md#streaming-reads")
 def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
     """Complete the items whose lease the caller still holds.
 
@@ -88,9 +107,9 @@ def complete_held(ops: QueueOps, held: Sequence[tuple[str, str]]) -> Steps[int]:
     """
     done = 0
     for start in range(0, len(held), COMPLETE_CHUNK):
-        fields: list[scripts.Arg] = []
+        fields: list[str] = []
         for item_id, token in held[start : start + COMPLETE_CHUNK]:
             fields += (item_id, token)
-        flags: Any = yield ops.script_call("complete_held", *fields)
+        flags: Any = yield complete_held_call(ops.keys, *fields)
         done += sum(int(flag) for flag in flags)
     return done
