@@ -96,11 +96,13 @@ Call = ScriptCall | Command | Sleep | Ask | Pipelined
 Steps = Generator[Call, Any, T]
 
 
-def drive(steps: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
-    """Run ``steps`` to their end, each performed by ``perform``; return what they return.
+async def _loop(steps: Generator[Any, Any, T], perform: Callable[[Any], Any], wait: bool) -> T:
+    """The package's one loop of steps, behind :func:`drive` and :func:`adrive`.
 
-    The result of a step is sent back into the steps; its exception is thrown in, where the
-    steps may handle it or clean up (such as disconnecting) before they re-raise it.
+    It runs ``steps`` to their end, each performed by ``perform`` (its result awaited when
+    ``wait``), and returns what they return. The result of a step is sent back into the steps;
+    its exception is thrown in, where the steps may handle it or clean up (such as
+    disconnecting) before they re-raise it.
     """
     reply: Any = None
     error: BaseException | None = None
@@ -111,22 +113,29 @@ def drive(steps: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
             result: T = done.value
             return result
         try:
-            reply, error = perform(step), None
+            reply = perform(step)
+            if wait:
+                reply = await reply
+            error = None
         except BaseException as err:  # handed back to the steps, which re-raise it
             reply, error = None, err
+
+
+def drive(steps: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
+    """Run ``steps`` to their end in this thread, each step performed by ``perform``.
+
+    The loop is :func:`adrive`'s; nothing in it waits, so one ``send`` runs it to its end.
+    """
+    loop = _loop(steps, perform, False)
+    try:
+        loop.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    loop.close()
+    raise RuntimeError("a step of a synchronous driver waited")  # pragma: no cover
 
 
 async def adrive(steps: Generator[Any, Any, T], perform: Callable[[Any], Awaitable[Any]]) -> T:
-    """Asynchronous :func:`drive`: ``perform`` returns an awaitable."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        try:
-            reply, error = await perform(step), None
-        except BaseException as err:  # handed back to the steps, which re-raise it
-            reply, error = None, err
+    """Run ``steps`` to their end on an event loop, awaiting ``perform`` for each step."""
+    return await _loop(steps, perform, True)
