@@ -114,6 +114,15 @@ def adding(lane: Lane, check: Check) -> None:
     check(
         "peek from the newest", lane.do(q.peek, -2, 5), lambda r: [i.id for i in r] == ["p1", "p2"]
     )
+    check(
+        "peek with a preview",
+        lane.do(q.peek, 7, 1, preview_bytes=10),
+        lambda r: (
+            [(i.id, i.data, i.size, i.truncated) for i in r] == [("big", b"x" * 10, 200_000, True)]
+        ),
+    )
+    check("item_data", lane.do(q.item_data, "big"), b"x" * 200_000)
+    check("item_data of no item", lane.do(q.item_data, "nothing"), None)
     check("stats", lane.do(q.stats), QueueStats(queued=13, leased=0, expired=0, delayed=0, dead=0))
     check("counts", lane.do(q.counts), QueueCounts(added=13))
     check("add_item with a delay", lane.do(q.add_item, Item(b"l", id="later"), delay=3600), True)
@@ -405,6 +414,12 @@ def dead_letters(lane: Lane, check: Check) -> None:
             and abs(r[0].died_at - time.time()) < 60
         ),
     )
+    check(
+        "dead_letters with a preview",
+        lane.do(q.dead_letters, 0, 10, preview_bytes=0),
+        lambda r: [(d.id, d.data, d.size, d.truncated) for d in r] == [("x", b"", 1, True)],
+    )
+    check("item_data of a dead letter", lane.do(q.item_data, "x", dead=True), b"x")
     done: list[int] = []
     check("requeue_dead", lane.do(q.requeue_dead, None, done.append), 1)
     check("its progress", done, [1])
