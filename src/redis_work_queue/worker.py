@@ -127,7 +127,7 @@ class Worker(Shell):
         backoff: Delay before the first retry of a failed item, doubled for each further
             delivery (with up to 10% random jitter).
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle worker looks at the stop flag.
+        poll_secs: How often an idle worker looks at the stop flag (at least 0.01 s).
         timeout: Give up a handler that runs longer than this many seconds: its lease is no
             longer renewed and its item is released as a failure with reason ``timeout``
             (counted in ``failed`` and ``timed_out``; ``max_deliveries`` applies as to any

@@ -195,7 +195,8 @@ class WorkQueue(QueueBase):
             db: The Redis client.
             lease_secs: How long the lease lasts, in seconds (millisecond precision).
             block: Wait for an item when the queue is empty.
-            timeout: With ``block``, how long to wait in seconds; 0 waits for ever.
+            timeout: With ``block``, how long to wait in seconds; 0 waits for ever; a
+                positive timeout shorter than one millisecond waits one millisecond.
             at_most_once: Remove the item from the queue as it is handed out, in the same
                 script: it is never delivered again, whatever happens to this worker. The item
                 then has no lease (there is nothing to complete or release).
