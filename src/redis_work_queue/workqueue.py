@@ -491,11 +491,19 @@ class WorkQueue(QueueBase):
         Returns:
             How many were requeued. A dead letter whose id is used by a live item again stays
             dead.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is one str (pass ``[id]``), or an id is not a str that
+                can name an item (every id is checked before anything is sent).
         """
         return run(db, self.ops.requeue_dead(ids, progress))
 
     def purge_dead(self, db: SyncClient, ids: Iterable[str] | None = None) -> int:
-        """Delete dead letters for good (all of them when ``ids`` is None); returns how many."""
+        """Delete dead letters for good (all of them when ``ids`` is None); returns how many.
+
+        Raises:
+            InvalidArgumentError: As for :meth:`requeue_dead`.
+        """
         return run(db, self.ops.purge_dead(ids))
 
     # Inspection -------------------------------------------------------------------------------

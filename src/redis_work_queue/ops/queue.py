@@ -35,6 +35,7 @@ from ..results import (
 )
 from ..validation import (
     MAX_SECS,
+    check_ids,
     check_item,
     check_item_id,
     check_max_deliveries,
@@ -755,7 +756,7 @@ class QueueOps:
                     progress(done)
                 if moved + missed < DEAD_CHUNK or moved == 0:
                     return done
-        for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
+        for chunk in _chunks(check_ids(ids, name), DEAD_CHUNK):
             moved, _ = yield build(self.keys, "ids", *chunk)
             done += int(moved)
             if progress is not None:
