@@ -6,18 +6,20 @@
 -- arg(2) hold_ms: how long a hold lasts, in ms
 -- arg(3...) ids: the suspects: ids with a data key and no lease that the run's first walk of the
 --   main queue did not see
--- Returns {microseconds this call held Redis, {ids held}}.
+-- Returns {microseconds this call held Redis, {ids held}}: an id this run held already (a call
+-- sent again after its reply was lost) is held afresh and among them.
 -- Keeps: only an item that exists (its data key a string) and has no lease key (so it is
 -- neither leased nor delayed) is held; a hold is a lease, so from now on nothing queues the item
--- (see hold.lua). A hold that outlives a crashed run just lapses: the item is then as it was
--- before. All lease keys are read
--- before the first write, so a key of the wrong type fails the call before anything is written.
+-- (see hold.lua). A hold lasts hold_ms, and the run renews it while it runs
+-- (deep_clean_renew.lua): one left by a run that died lapses within hold_ms, and the item is then
+-- as it was before. All lease keys are read before the first write, so a key of the wrong type
+-- fails the call before anything is written.
 local hold, ms = HOLD_PREFIX .. arg(1), tonumber(arg(2))
 local free = {}
 for i = NQ + 3, #ARGV do
   local id = ARGV[i]
   local lease = redis.call('GET', Q.lease .. id)
-  if not lease and is_data(Q.item .. id) then
+  if (not lease or lease == hold) and is_data(Q.item .. id) then
     free[#free + 1] = id
   end
 end

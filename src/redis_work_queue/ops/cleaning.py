@@ -12,7 +12,9 @@ The deep clean in seven steps, each linear in what it reads:
    lease, or queued after the walk passed their place.
 3. Hold each suspect that still exists and has no lease key (``deep_clean_hold``), so neither
    leased nor delayed: the hold is a lease key with the run's token, so from now on nothing
-   queues the item.
+   queues the item. A hold lasts :data:`HOLD_MS`; from here to step 6 the run renews its holds
+   every :data:`HOLD_RENEW_SECS` (``deep_clean_renew``), so the holds of a run that dies lapse
+   within seconds.
 4. Walk the main queue again; a held id met there loses its hold in the same call (it is queued).
    A held id not met is not on the main queue, and cannot enter it while held.
 5. One light-clean pass of as many pops from the tail of the processing list as it has entries
@@ -22,6 +24,11 @@ The deep clean in seven steps, each linear in what it reads:
 6. Each id still held by this run is in neither list: ``deep_clean`` removes the hold and queues
    it, once. A lease taken meanwhile (by any client) replaced the hold: such an item is skipped.
 7. HSCAN the bookkeeping hashes and drop the entries of items that no longer exist.
+
+Every call of a deep clean waits out a transient error (a lost connection, a BUSY script, a
+server loading its data: see :mod:`..retryable`; not out of memory, which it raises at once)
+as the runners do, for up to :data:`RETRY_SECS`, then sends the call again; each step can be
+sent twice.
 """
 
 from __future__ import annotations
@@ -31,10 +38,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import OutOfMemoryError
+
 from .. import scripts
-from ..calls import Command, ScriptCall, Steps
+from ..calls import Call, Command, ScriptCall, Sleep, Steps
 from ..keyprefix import QueueKeys
 from ..results import CleanProgress, CleanReport, ProgressCallback
+from ..retryable import reconnect_delay, transient
 from .registry import builds
 
 if TYPE_CHECKING:
@@ -50,9 +60,14 @@ CLEAN_FIRST = 200
 CLEAN_MAX = 4000
 #: Most entries one walk step or SCAN step reads (their replies do not go through ``unpack``).
 WALK_MAX = 16000
-#: How long a deep clean's hold on a suspect lasts, in ms: longer than any run's step 3 to step 6.
-#: A hold left by a crashed run lapses after it, leaving the item as it was.
-HOLD_MS = 15 * 60 * 1000
+#: How long a deep clean's hold on a suspect lasts, in ms. The run renews its holds while it
+#: runs; a hold left by a run that died lapses after it, leaving the item as it was.
+HOLD_MS = 5000
+#: How often a running deep clean renews its holds, in seconds (checked after every call).
+HOLD_RENEW_SECS = 1.0
+#: How long a deep clean waits out a transient error (see :mod:`..retryable`) before it gives up
+#: and raises it, in seconds.
+RETRY_SECS = 30.0
 #: Bookkeeping entries a light clean checks per pass, at least (more when the processing list is
 #: longer); the HSCAN cursor carries over to the next pass.
 FORGET_PER_PASS = 1000
@@ -99,6 +114,14 @@ def deep_clean_hold_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes)
     """``lua/deep_clean_hold.lua``: hold the suspects ``ids`` for run ``token``."""
     args: tuple[scripts.Arg, ...] = (keys.prefix, token, hold_ms, *ids)
     script = scripts.load("deep_clean_hold")
+    return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("deep_clean_renew")
+def deep_clean_renew_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes) -> ScriptCall:
+    """``lua/deep_clean_renew.lua``: renew the holds of run ``token`` on ``ids``."""
+    args: tuple[scripts.Arg, ...] = (keys.prefix, token, hold_ms, *ids)
+    script = scripts.load("deep_clean_renew")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -212,7 +235,76 @@ def _key_bytes(key: bytes | str) -> bytes:
     return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
 
 
-def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> Steps[None]:
+#: How a clean sends one call and gets its reply: as it is (a light clean), or retried and with
+#: the holds renewed (:meth:`_DeepRun.send`).
+Send = Callable[[Call], Steps[Any]]
+
+
+def _as_is(call: Call) -> Steps[Any]:
+    return (yield call)
+
+
+def _waited_out(err: BaseException) -> bool:
+    """Whether a deep clean waits ``err`` out: a transient error, but for out of memory.
+
+    Out of memory may be the clean's own writes refused: it raises at once, having written
+    nothing.
+    """
+    if isinstance(err, OutOfMemoryError) or "OOM command not allowed" in str(err):
+        return False
+    return transient(err)
+
+
+class _DeepRun:
+    """One deep clean's holds and its retries: every call of the run goes through :meth:`send`."""
+
+    def __init__(self, ops: QueueOps, token: str) -> None:
+        self.ops = ops
+        self.token = token
+        #: The ids this run holds (or held: a hold removed since is skipped by the renewal).
+        self.held: list[bytes] = []
+        self.renewed = time.monotonic()
+
+    def retried(self, call: Call) -> Steps[Any]:
+        """Send ``call``, waiting out transient errors for up to :data:`RETRY_SECS`."""
+        tries = 0
+        deadline = time.monotonic() + RETRY_SECS
+        while True:
+            try:
+                return (yield call)
+            except Exception as err:
+                if not _waited_out(err) or time.monotonic() >= deadline:
+                    raise
+                if tries == 0:
+                    logger.warning(
+                        "deep clean of %s: %s: %s; retrying for up to %.0f s",
+                        self.ops.keys.prefix,
+                        type(err).__name__,
+                        err,
+                        RETRY_SECS,
+                    )
+                yield Sleep(min(reconnect_delay(tries), max(deadline - time.monotonic(), 0)))
+                tries += 1
+
+    def send(self, call: Call) -> Steps[Any]:
+        """Send ``call`` (retried), then renew the holds when they are due."""
+        reply = yield from self.retried(call)
+        if self.held and time.monotonic() - self.renewed >= HOLD_RENEW_SECS:
+            yield from self.renew()
+        return reply
+
+    def renew(self) -> Steps[None]:
+        """Renew every hold of the run, in chunks (each call retried)."""
+        self.renewed = time.monotonic()
+        keys, token = self.ops.keys, self.token
+        for start in range(0, len(self.held), CLEAN_MAX):
+            chunk = self.held[start : start + CLEAN_MAX]
+            yield from self.retried(deep_clean_renew_call(keys, token, HOLD_MS, *chunk))
+
+
+def _processing_pass(
+    ops: QueueOps, total: int, tally: _Tally, pace: Pace, send: Send = _as_is
+) -> Steps[None]:
     """Examine ``total`` entries from the tail of the processing list (fewer if it runs out).
 
     Due delayed items are promoted on the way.
@@ -221,7 +313,7 @@ def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> St
     while True:
         budget = max(1, min(pace.size, total - popped))
         due = pace.size
-        reply = yield light_clean_call(ops.keys, budget, ops.max_deliveries, due)
+        reply = yield from send(light_clean_call(ops.keys, budget, ops.max_deliveries, due))
         seen, back, gone, buried, promoted, elapsed_us = (int(v) for v in reply)
         pace.update(seen + promoted, elapsed_us)
         popped += seen
@@ -236,7 +328,12 @@ def _processing_pass(ops: QueueOps, total: int, tally: _Tally, pace: Pace) -> St
 
 
 def _forget(
-    ops: QueueOps, tally: _Tally, pace: Pace, cursors: dict[str, int], limit: int | None
+    ops: QueueOps,
+    tally: _Tally,
+    pace: Pace,
+    cursors: dict[str, int],
+    limit: int | None,
+    send: Send = _as_is,
 ) -> Steps[None]:
     """HSCAN both bookkeeping hashes from ``cursors`` (updated), dropping dead items' entries.
 
@@ -245,7 +342,7 @@ def _forget(
     for name in ("deliveries", "reasons"):
         checked = 0
         while True:
-            reply = yield forget_gone_call(ops.keys, name, cursors[name], pace.size)
+            reply = yield from send(forget_gone_call(ops.keys, name, cursors[name], pace.size))
             elapsed_us, cursor, fields, gone = (int(v) for v in reply)
             pace.update(max(fields, 1), elapsed_us)
             cursors[name] = cursor
@@ -274,7 +371,7 @@ def light_clean(ops: QueueOps, state: CleanState) -> Steps[CleanReport]:
     return report
 
 
-def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Steps[None]:
+def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes], send: Send) -> Steps[None]:
     """Walk the main queue from its head into ``collect``.
 
     Without a token, every id read is collected; with one, every id whose hold by run ``token``
@@ -284,7 +381,8 @@ def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Step
     first = 0
     while True:
         count = pace.size
-        elapsed_us, read, ids = yield deep_clean_walk_call(ops.keys, first, count, token)
+        call = deep_clean_walk_call(ops.keys, first, count, token)
+        elapsed_us, read, ids = yield from send(call)
         pace.update(int(read), int(elapsed_us))
         collect.update(ids)
         first += int(read)
@@ -294,15 +392,21 @@ def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes]) -> Step
 
 
 def _in_chunks(
-    call: Callable[[Sequence[bytes]], ScriptCall], ids: Sequence[bytes], tally: _Tally
+    call: Callable[[Sequence[bytes]], ScriptCall],
+    ids: Sequence[bytes],
+    tally: _Tally,
+    send: Send,
+    out: list[bytes],
 ) -> Steps[list[bytes]]:
-    """Make ``call`` of chunks of ``ids`` (a builder's call of them); the ids each returns."""
+    """Make ``call`` of chunks of ``ids`` (a builder's call of them); return ``out``.
+
+    The ids each call returns are added to ``out`` as they come.
+    """
     pace = Pace()
-    out: list[bytes] = []
     start = 0
     while start < len(ids):
         chunk = ids[start : start + pace.size]
-        elapsed_us, got = yield call(chunk)
+        elapsed_us, got = yield from send(call(chunk))
         pace.update(len(chunk), int(elapsed_us))
         out.extend(got)
         start += len(chunk)
@@ -316,6 +420,8 @@ def deep_clean(
     """Recover every item that exists, is not queued and has no lease; see the module doc."""
     keys = ops.keys
     tally = _Tally("deep clean", keys.prefix, progress)
+    run = _DeepRun(ops, token)
+    send = run.send
     tally.tick(force=True)
     # 1. The data keys.
     candidates: dict[bytes, None] = {}
@@ -325,7 +431,9 @@ def deep_clean(
     cursor: Any = 0
     while True:
         count = pace.size
-        elapsed_us, cursor, found = yield deep_clean_scan_call(keys, cursor, count, pattern)
+        elapsed_us, cursor, found = yield from send(
+            deep_clean_scan_call(keys, cursor, count, pattern)
+        )
         pace.update(count, int(elapsed_us))
         tally.examined += len(found)
         candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
@@ -336,7 +444,7 @@ def deep_clean(
     tally.phase = "walk"
     if candidates:
         queued: set[bytes] = set()
-        yield from _walk(ops, "", tally, queued)
+        yield from _walk(ops, "", tally, queued, send)
         suspects = [i for i in candidates if i not in queued]
         del queued
     else:
@@ -345,27 +453,35 @@ def deep_clean(
     # 3. Hold them; 4. release the ones queued meanwhile.
     tally.phase = "hold"
     held = yield from _in_chunks(
-        lambda chunk: deep_clean_hold_call(keys, token, HOLD_MS, *chunk), suspects, tally
+        lambda chunk: deep_clean_hold_call(keys, token, HOLD_MS, *chunk),
+        suspects,
+        tally,
+        send,
+        run.held,
     )
     del suspects
     released: set[bytes] = set()
     if held:
         tally.phase = "recheck"
-        yield from _walk(ops, token, tally, released)
+        yield from _walk(ops, token, tally, released, send)
+    run.held = rest = [i for i in held if i not in released]
     # 5. Expired leases, and held ids, on the processing list.
     tally.phase = "processing"
-    total = int((yield Command(("LLEN", keys.processing))))
-    yield from _processing_pass(ops, total, tally, Pace())
+    total = int((yield from send(Command(("LLEN", keys.processing)))))
+    yield from _processing_pass(ops, total, tally, Pace(), send)
     # 6. Held ids in neither list.
     tally.phase = "requeue"
-    rest = [i for i in held if i not in released]
-    lost = len(
-        (yield from _in_chunks(lambda chunk: deep_clean_call(keys, token, *chunk), rest, tally))
+    requeued: list[bytes] = []
+    yield from _in_chunks(
+        lambda chunk: deep_clean_call(keys, token, *chunk), rest, tally, send, requeued
     )
+    run.held = []
+    lost = len(requeued)
     tally.requeued += lost
     # 7. Bookkeeping of items that no longer exist.
     tally.phase = "forget"
-    yield from _forget(ops, tally, Pace(WALK_MAX), {"deliveries": 0, "reasons": 0}, None)
+    cursors = {"deliveries": 0, "reasons": 0}
+    yield from _forget(ops, tally, Pace(WALK_MAX), cursors, None, send)
     tally.phase = "done"
     tally.tick(force=True)
     report = tally.report()

@@ -608,6 +608,7 @@ class QueueOps:
             "deep_clean_scan",
             "deep_clean_walk",
             "deep_clean_hold",
+            "deep_clean_renew",
             "light_clean",
             "deep_clean",
             "forget_gone",

@@ -21,6 +21,7 @@ threads, processes or tasks around a :class:`Core`.
 
 from __future__ import annotations
 
+from ..retryable import RECONNECT_FIRST_SECS, RECONNECT_MAX_SECS, reconnect_delay, transient
 from .core import (
     JOIN_SECS,
     LAPSE_BEATS,
@@ -34,15 +35,7 @@ from .core import (
     failure_reason,
 )
 from .options import CleanSecs, Options, check_options, check_pool, socket_timeout_for
-from .retry import (
-    RECONNECT_FIRST_SECS,
-    RECONNECT_MAX_SECS,
-    Outage,
-    backoff_delay,
-    reconnect_delay,
-    retrying,
-    transient,
-)
+from .retry import Outage, backoff_delay, retrying
 
 __all__ = [
     "JOIN_SECS",

@@ -17,111 +17,18 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from redis.exceptions import (
-    AskError,
-    AuthenticationError,
-    AuthorizationError,
-    ClusterDownError,
-    ClusterError,
-    NoPermissionError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-    SlotNotCoveredError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from ..errors import (
-    CrossSlotError,
-    InvalidArgumentError,
-    ReplicationError,
-    ScriptError,
-    WrongKeyTypeError,
-)
+from ..retryable import RECONNECT_MAX_SECS, reconnect_delay, transient
 from .actions import Flag, Pause, Step
 
 logger = logging.getLogger("redis_work_queue.worker")
 
 T = TypeVar("T")
 
-#: The first and the longest wait between two tries while Redis is unavailable.
-RECONNECT_FIRST_SECS = 0.1
-RECONNECT_MAX_SECS = 10.0
-
 
 def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
     """Exponential backoff: ``backoff`` doubled per delivery after the first, capped, +0-10%."""
     delay = min(backoff * 2 ** min(max(deliveries - 1, 0), 64), max_backoff)
     return delay * (1 + random.random() / 10) if delay else 0.0
-
-
-def reconnect_delay(attempt: int) -> float:
-    """The wait before try ``attempt + 1`` while Redis is unavailable: capped, with jitter."""
-    delay = min(RECONNECT_FIRST_SECS * 2.0 ** min(attempt, 32), RECONNECT_MAX_SECS)
-    return float(delay * random.uniform(0.5, 1.0))
-
-
-#: Errors that no reconnect cures: bad credentials or rights, bad state, bad arguments.
-_FATAL: tuple[type[BaseException], ...] = (
-    AuthenticationError,
-    AuthorizationError,
-    NoPermissionError,
-    WrongKeyTypeError,
-    InvalidArgumentError,
-    CrossSlotError,
-)
-#: Errors of an unavailable or changing server: wait and try again.
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ReadOnlyError,
-    TryAgainError,
-    ClusterDownError,
-    ClusterError,
-    SlotNotCoveredError,
-    AskError,
-    OutOfMemoryError,
-    ReplicationError,
-)
-#: Server replies of the same kind, as found in the message of a script's error.
-_TRANSIENT_REPLIES = (
-    "LOADING",
-    "READONLY",
-    "OOM command not allowed",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "MASTERDOWN",
-    "BUSY ",
-    "NOREPLICAS",
-    "MOVED ",
-    "ASK ",
-)
-
-
-def transient(err: BaseException) -> bool:
-    """Whether ``err`` is cured by waiting and reconnecting (else the worker stops).
-
-    Connection loss, timeouts, a server loading its data, a read-only replica after a failover,
-    Redis Cluster redirections and outages, out of memory, and writes that too few replicas
-    acknowledged are transient. Authentication and permission failures, keys of the wrong
-    type, other script errors and bad arguments are not.
-    """
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, _FATAL):
-            return False
-        if isinstance(cause, _TRANSIENT):
-            return True
-        if isinstance(cause, ResponseError | ScriptError):
-            message = str(cause)
-            if any(reply in message for reply in _TRANSIENT_REPLIES):
-                return True
-        cause = cause.__cause__
-    return False
 
 
 class Outage:
