@@ -16,7 +16,7 @@
 -- arg(5) budget: how many ids the call may drop or bury before it hands control back (and how
 --   many due delayed items it promotes per queue)
 -- arg(6) register_ms: when nothing is found, ms for which to register the caller as a worker
---   blocked on the queues (0: it will not block)
+--   blocked on the queues (0: it will not block); on one queue, only when it has a delayed item
 -- arg(7) waiter: the caller's waiter id ('' when it does not block)
 -- arg(8) registered: '1' when the caller is registered already (it then leaves once it has
 --   items, or when it will not block)
@@ -193,7 +193,9 @@ for i = 1, NQ do
   if due >= 0 and (soonest < 0 or due < soonest) then
     soonest = due
   end
-  if register_ms > 0 then
+  -- A caller blocked on one queue waits on its main queue, which any push wakes: it is
+  -- registered only when a delayed item may need to wake it sooner (see schedule in delay.lua).
+  if register_ms > 0 and (NQ > 1 or due >= 0) then
     join(q, waiter, now, register_ms)
   end
 end

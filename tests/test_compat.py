@@ -19,7 +19,7 @@ import redis
 from helpers import b, get, keys_left, lrange, wait_for
 from plugins.backends import Backend
 from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, lease_from
-from redis_work_queue.ops.lease import LeaseRequest
+from redis_work_queue.ops.lease import LeasePlan, LeaseRequest
 from redis_work_queue.transport import run
 
 
@@ -227,11 +227,18 @@ def test_a_delayed_item_met_on_the_main_queue_stays_delayed(
 WAITER_LOOK = LeaseRequest(count=1, lease_ms=30_000, block=True)
 
 
+#: The other queue of a worker blocked on two: a worker blocked on one queue with nothing
+#: delayed is not registered (its BRPOPLPUSH is woken by any push); one on several always is.
+OTHER = KeyPrefix(PREFIX + "-other")
+
+
 def _register_and_die(queue: WorkQueue, db: redis.Redis, ms: int) -> None:
-    """What a worker does before it blocks: the lease script registers it; then it is killed."""
+    """What a worker does before it blocks on ``queue`` and another: the lease script registers
+    it; then it is killed."""
 
     def steps() -> Any:
-        look = queue.ops.plan.lease(WAITER_LOOK, "t", 1, register_ms=ms, waiter="dead-waiter")
+        plan = LeasePlan([queue.ops, WorkQueue(OTHER).ops])
+        look = plan.lease(WAITER_LOOK, "t", 1, register_ms=ms, waiter="dead-waiter")
         return (yield look)
 
     assert run(db, steps()) == -1  # nothing to lease, nothing delayed
@@ -246,7 +253,7 @@ def test_a_worker_killed_while_waiting_leaves_no_keys(
     queue.add_item(db, Item(b"", id="o"))  # ... ours leaves a wake-up token, expiring too
     assert 0 < db.pttl(f"{PREFIX}:wake") <= 400
     wait_for(
-        lambda: not db.exists(f"{PREFIX}:waiting", f"{PREFIX}:wake"),
+        lambda: not db.exists(f"{PREFIX}:waiting", f"{PREFIX}:wake", f"{OTHER.prefix}:waiting"),
         timeout=5,
         what="the registration to lapse",
     )

@@ -112,8 +112,12 @@ def test_a_look_that_is_asked_to_call_again_does_so_before_waiting() -> None:
     assert isinstance(blocked, Command)
     assert blocked.args[:3] == ("BRPOPLPUSH", KEYS.queue, KEYS.processing)
     look = _lease_args(steps.send(None))  # the wait ended empty-handed: it looks again
-    assert look["registered"] == "1"
+    # Nothing delayed on its one queue: the script registered nobody (a push wakes the wait).
+    assert look["registered"] == "0"
     assert look["waiter"] == first["waiter"]
+    steps.send(5000)  # a delayed item now, due in 5 s: this look registered it
+    look = _lease_args(steps.send(None))
+    assert look["registered"] == "1"
 
 
 def test_a_delayed_item_due_within_a_tick_is_slept_for() -> None:

@@ -7,10 +7,13 @@ again. *Then wait*, when a blocking lease found nothing: one queue blocks with B
 claim (``lua/claim.lua``); several queues (which must share one script call) block on their
 wake lists. For that, the lease script that finds nothing registers the caller as a worker
 blocked on the queues, and every script that pushes onto a queue with a registered worker also
-pushes a wake-up token. A wake-up carries no item, so a worker that dies while waiting loses
-nothing. A delayed item that falls due before the others also wakes a waiting worker (see
-``schedule`` in ``lua/include/delay.lua``), which then waits for the new due time. Each wait is
-followed by another look. Once items come, the rest of the count is taken without waiting.
+pushes a wake-up token. A caller blocked on one queue is registered only while the queue holds a
+delayed item: any push wakes its BRPOPLPUSH, so a worker waiting on a queue with nothing delayed
+writes nothing, as the reference clients' blocking lease writes nothing. A wake-up carries no
+item, so a worker that dies while waiting loses nothing. A delayed item that falls due before
+the others also wakes a waiting worker (see ``schedule`` in ``lua/include/delay.lua``), which
+then waits for the new due time. Each wait is followed by another look. Once items come, the
+rest of the count is taken without waiting.
 """
 
 from __future__ import annotations
@@ -348,7 +351,9 @@ def _take_now(
         if reply != CALL_AGAIN:
             break
     if waiter is not None and register_ms > 0 and not isinstance(reply, list):
-        waiter.registered = True
+        # The script registers a caller of one queue only when a delayed item is there (the
+        # reply is then its due time); a caller of several queues always.
+        waiter.registered = len(plan.queues) > 1 or int(reply) >= 0
     return reply if isinstance(reply, list) else int(reply)
 
 
