@@ -481,6 +481,9 @@ STOLEN_WAKE_BOUND = 1.5
 def test_a_stolen_wake_up_costs_at_most_one_slice_and_leaves_no_marker(
     db: redis.Redis, node: NodeClient, ours: WorkQueue, prefix: str, server: servers.Proc
 ) -> None:
+    # Something delayed already: ours registers as it waits (on a queue with nothing delayed
+    # it writes nothing, and no wake-up is pushed for it).
+    ours.add_item(db, Item(b"late", id="late"), delay=120)
     blocked = node.spawn("blocked-lease", lease_secs=30, timeout=0)
     blocked.expect(lambda line: line == "blocking")
     wait_for(lambda: blocked_clients(db, "reference-node", "brpoplpush") == 1, timeout=10)
@@ -512,6 +515,9 @@ def test_without_a_foreign_worker_a_delayed_item_comes_within_a_few_ms(
     db: redis.Redis, ours: WorkQueue, prefix: str, server: servers.Proc
 ) -> None:
     got: list[float] = []
+    # Something delayed already: ours registers as it waits, and is woken for the sooner item
+    # (on a queue with nothing delayed it writes nothing and finds it at its next look).
+    ours.add_item(db, Item(b"late", id="late"), delay=120)
 
     def wait() -> None:
         worker_db = server.client()
