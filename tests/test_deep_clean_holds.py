@@ -252,3 +252,11 @@ def test_a_clean_that_gives_up_leaves_holds_that_lapse(
         assert time.monotonic() - gave_up < LAPSE_SECS + 1, "holds outlived their clean"
         time.sleep(0.1)
     recovered(db, prefix, WorkQueue(KeyPrefix(prefix)).deep_clean(db))
+
+
+def test_a_deep_clean_that_cannot_reach_redis_at_its_start_raises_at_once() -> None:
+    """As a runner that cannot reach Redis at its start stops (``rwq deep-clean`` exits 3)."""
+    started = time.monotonic()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        WorkQueue(KeyPrefix("nowhere")).deep_clean(redis.Redis(port=1, socket_connect_timeout=2))
+    assert time.monotonic() - started < 5

@@ -25,10 +25,10 @@ The deep clean in seven steps, each linear in what it reads:
    it, once. A lease taken meanwhile (by any client) replaced the hold: such an item is skipped.
 7. HSCAN the bookkeeping hashes and drop the entries of items that no longer exist.
 
-Every call of a deep clean waits out a transient error (a lost connection, a BUSY script, a
-server loading its data: see :mod:`..retryable`; not out of memory, which it raises at once)
-as the runners do, for up to :data:`RETRY_SECS`, then sends the call again; each step can be
-sent twice.
+Once a deep clean has reached Redis, every call of it waits out a transient error (a lost
+connection, a BUSY script, a server loading its data: see :mod:`..retryable`; not out of memory,
+which it raises at once) as the runners do, for up to :data:`RETRY_SECS`, then sends the call
+again; each step can be sent twice. A first call that fails raises at once.
 """
 
 from __future__ import annotations
@@ -264,6 +264,9 @@ class _DeepRun:
         #: The ids this run holds (or held: a hold removed since is skipped by the renewal).
         self.held: list[bytes] = []
         self.renewed = time.monotonic()
+        #: Whether a call of the run has reached Redis: one that cannot at the start raises at
+        #: once (as a runner that cannot reach Redis at its start stops).
+        self.reached = False
 
     def retried(self, call: Call) -> Steps[Any]:
         """Send ``call``, waiting out transient errors for up to :data:`RETRY_SECS`."""
@@ -271,9 +274,9 @@ class _DeepRun:
         deadline = time.monotonic() + RETRY_SECS
         while True:
             try:
-                return (yield call)
+                reply = yield call
             except Exception as err:
-                if not _waited_out(err) or time.monotonic() >= deadline:
+                if not self.reached or not _waited_out(err) or time.monotonic() >= deadline:
                     raise
                 if tries == 0:
                     logger.warning(
@@ -285,6 +288,9 @@ class _DeepRun:
                     )
                 yield Sleep(min(reconnect_delay(tries), max(deadline - time.monotonic(), 0)))
                 tries += 1
+                continue
+            self.reached = True
+            return reply
 
     def send(self, call: Call) -> Steps[Any]:
         """Send ``call`` (retried), then renew the holds when they are due."""
