@@ -254,9 +254,13 @@ def test_a_clean_that_gives_up_leaves_holds_that_lapse(
     recovered(db, prefix, WorkQueue(KeyPrefix(prefix)).deep_clean(db))
 
 
-def test_a_deep_clean_that_cannot_reach_redis_at_its_start_raises_at_once() -> None:
+def test_a_deep_clean_that_cannot_reach_redis_at_its_start_raises_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """As a runner that cannot reach Redis at its start stops (``rwq deep-clean`` exits 3)."""
+    unreachable = redis.Redis(port=1, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
     started = time.monotonic()
     with pytest.raises(redis.exceptions.ConnectionError):
-        WorkQueue(KeyPrefix("nowhere")).deep_clean(redis.Redis(port=1, socket_connect_timeout=2))
+        WorkQueue(KeyPrefix("nowhere")).deep_clean(unreachable)
     assert time.monotonic() - started < 5
+    assert not any("retrying" in r.getMessage() for r in caplog.records)
