@@ -24,6 +24,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.listing import DelayedItem
 from .results import (
     CleanProgress,
     CleanReport,
@@ -82,6 +83,7 @@ __all__ = [
     "CleanReport",
     "CrossSlotError",
     "DeadLetter",
+    "DelayedItem",
     "FlushReport",
     "InvalidArgumentError",
     "Item",
