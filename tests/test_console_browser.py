@@ -44,8 +44,9 @@ def load(driver: Any, url: str, ready: str) -> int:  # noqa: F811 (not the fixtu
 
 
 def best_load(driver: Any, url: str, ready: str) -> int:  # noqa: F811
-    """The best of three loads (the first warms the server's and browser's caches)."""
-    return min(load(driver, url, ready) for _ in range(3))
+    """The best of five loads (the first warms the server's and browser's caches; on a shared
+    machine one load in a few is slowed by other work)."""
+    return min(load(driver, url, ready) for _ in range(5))
 
 
 def test_every_console_view_of_a_big_queue(
@@ -144,6 +145,6 @@ def test_every_console_view_of_a_big_queue(
     times["workers"] = best_load(driver, url + "?view=workers", ready)
     screenshot(driver, "console-workers")
 
-    print(f"\nfirst draw, ms since navigation (best of 3): {times}")
+    print(f"\nfirst draw, ms since navigation (best of 5): {times}")
     slow = {view: ms for view, ms in times.items() if ms >= VIEW_MS}
     assert not slow, f"views over {VIEW_MS} ms: {slow}"
