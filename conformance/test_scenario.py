@@ -501,6 +501,45 @@ def flushing(lane: Lane, check: Check) -> None:
     check("nothing left to flush", lane.do(star.flush), FlushReport(keys=0, items=0))
 
 
+def jobs(lane: Lane, check: Check) -> None:
+    q = lane.queue("jobs", max_deliveries=2)
+    lane.do(q.add_item, Item(b"a", id="a"))
+    lane.do(q.add_item, Item(b"later", id="later"), delay=60)
+    check(
+        "state of a queued item",
+        lane.do(q.state, "a"),
+        lambda r: (r.id, r.state, r.deliveries) == ("a", "queued", 0),
+    )
+    check(
+        "state of a delayed item",
+        lane.do(q.state, "later"),
+        lambda r: r.state == "delayed" and r.due_at is not None and r.due_at > time.time() + 50,
+    )
+    a = lane.do(q.lease, 30, block=False)
+    check(
+        "state of a leased item",
+        lane.do(q.state, "a"),
+        lambda r: r.state == "leased" and r.deliveries == 1 and 25 < (r.lease_left or 0) <= 30,
+    )
+    lane.do(q.release, a, reason="try again")
+    check(
+        "state of a released item",
+        lane.do(q.state, "a"),
+        lambda r: (r.state, r.deliveries, r.reason) == ("queued", 1, "try again"),
+    )
+    a = lane.do(q.lease, 30, block=False)
+    lane.do(q.release, a, reason="no more")
+    lane.do(q.add_item, Item(b"b", id="b"))
+    check(
+        "states of many",
+        lane.do(q.states, ["a", "b", "nothing"]),
+        lambda r: (
+            [(s.state, s.deliveries, s.reason) for s in r]
+            == [("dead", 2, "no more"), ("queued", 0, None), ("gone", 0, None)]
+        ),
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     "adding": adding,
     "leasing": leasing,
@@ -509,6 +548,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dead_letters": dead_letters,
     "cleaning": cleaning,
     "flushing": flushing,
+    "jobs": jobs,
 }
 
 

@@ -24,6 +24,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.jobs import ItemState
 from .results import (
     CleanProgress,
     CleanReport,
@@ -85,6 +86,7 @@ __all__ = [
     "FlushReport",
     "InvalidArgumentError",
     "Item",
+    "ItemState",
     "KeyPrefix",
     "MissingExtraError",
     "OutcomeUnknownError",

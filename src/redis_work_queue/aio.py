@@ -14,7 +14,9 @@ from datetime import datetime
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
+from .ops import jobs
 from .ops import lease as lease_ops
+from .ops.jobs import ItemState
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -251,6 +253,16 @@ class AsyncWorkQueue(QueueBase):
     async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    async def state(self, db: AsyncClient, item_id: str) -> ItemState:
+        """See :meth:`WorkQueue.state`."""
+        return await arun(db, jobs.state(self.ops, item_id))
+
+    async def states(self, db: AsyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """See :meth:`WorkQueue.states`."""
+        return await arun(db, jobs.states(self.ops, ids))
 
 
 async def lease_from(

@@ -865,6 +865,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_dashboard)
 
+    _job_commands(command)
+
     p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
@@ -875,6 +877,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     p.set_defaults(func=None)
     return parser
+
+
+# Job control by id ------------------------------------------------------------------------------
+
+
+def _item(args: argparse.Namespace, db: Any) -> int:
+    found = _queue(args, args.queue).state(db, args.id)
+    row = asdict(found)
+    if args.json:
+        _json_out(row)
+    else:
+        for name, value in row.items():
+            if value is not None:
+                print(f"{name:<11} {value}")
+    return EXIT_OK
+
+
+def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add the commands that act on items by id."""
+    p = command(
+        "item",
+        help="where one item is: its state, deliveries, lease, due time and last failure",
+        description="Show one item's state (queued, delayed, leased, expired, dead, completed "
+        "or gone) in one read.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("id", metavar="ID", help="the item's id")
+    p.set_defaults(func=_item)
 
 
 # Running ----------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from datetime import datetime
 from . import transport
 from .clients import SyncClient, SyncPipeline
 from .item import Item
-from .ops import PIPELINE_CHUNK
+from .ops import PIPELINE_CHUNK, jobs
 from .ops import lease as lease_ops
+from .ops.jobs import ItemState
 from .ops.lease import FALLBACK_SLICE
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
@@ -607,6 +608,38 @@ class WorkQueue(QueueBase):
         apart.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    def state(self, db: SyncClient, item_id: str) -> ItemState:
+        """Where one item is: queued, delayed, leased, expired, dead, completed or gone.
+
+        One script call, of bounded cost whatever the queue's length (the docs' page on job
+        control says what each state costs).
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            Its state, delivery count, lease, due time and last failure's reason.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.state(self.ops, item_id))
+
+    def states(self, db: SyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """The state of each of ``ids``, in their order (one script call per 500 ids).
+
+        Args:
+            db: The Redis client.
+            ids: The items' ids.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not a list of str (checked before any call).
+        """
+        return run(db, jobs.states(self.ops, ids))
 
 
 def lease_from(
