@@ -697,6 +697,9 @@ RUNNABLE: dict[str, list[str]] = {
     "workers": [P],
     "dashboard": [P],
     "demo": ["--items", "1"],
+    "schedule": ["pause", P, "nightly"],
+    "schedules": [P],
+    "scheduler": [P, "--once"],
 }
 
 

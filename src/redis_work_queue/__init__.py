@@ -24,6 +24,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.schedules import Schedule
 from .results import (
     CleanProgress,
     CleanReport,
@@ -93,6 +94,7 @@ __all__ = [
     "QueuedItem",
     "Released",
     "ReplicationError",
+    "Schedule",
     "ScriptError",
     "WorkQueue",
     "WorkQueueError",
