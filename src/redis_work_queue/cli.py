@@ -457,6 +457,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
             clean_secs=None if args.no_clean else args.clean_secs,
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
+            schedule_secs=None if args.no_schedules else args.schedule_secs,
         )
     except InvalidArgumentError as err:
         raise Failure(EXIT_USAGE, str(err)) from err
@@ -821,6 +822,16 @@ def build_parser() -> argparse.ArgumentParser:
         "lease time)",
     )
     p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
+    p.add_argument(
+        "--schedule-secs",
+        type=_seconds,
+        default=1.0,
+        help="add the queues' due scheduled items at most this often across all workers "
+        "(default 1)",
+    )
+    p.add_argument(
+        "--no-schedules", action="store_true", help="leave the schedules to rwq scheduler"
+    )
     p.set_defaults(func=_worker)
 
     p = command(
