@@ -972,6 +972,7 @@ def _schedules(args: argparse.Namespace, db: Any) -> int:
 def _scheduler(args: argparse.Namespace, db: Any) -> int:
     """Run the queues' schedules every ``--interval`` seconds until SIGTERM or SIGINT."""
     queues = [_queue(args, name) for name in args.queues]
+    db.ping()  # unreachable at start: exit 3; later outages are waited out
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
