@@ -540,6 +540,37 @@ def jobs(lane: Lane, check: Check) -> None:
     )
 
 
+def scheduling(lane: Lane, check: Check) -> None:
+    q = lane.queue("sched")
+    yearly = {"cron": "0 0 1 1 *", "data": b"y"}
+    check("schedule", lane.do(q.schedule, "yearly", **yearly), True)
+    check("schedule again as it is", lane.do(q.schedule, "yearly", **yearly), False)
+    check("schedule every hour", lane.do(q.schedule, "hourly", every=3600), True)
+    check("pause_schedule", lane.do(q.pause_schedule, "hourly"), True)
+    check("run_schedules with nothing due", lane.do(q.run_schedules), [])
+    # As after a downtime: the yearly schedule's due time passed years ago.
+    lane.admin.zadd("sched:schedules:due", {"yearly": 1_577_836_800_000})
+    year = datetime.now(timezone.utc).year
+    first = f"yearly@{year}-01-01T00:00:00.000Z"
+    check("run_schedules adds one for the missed times", lane.do(q.run_schedules), [first])
+    check(
+        "schedules",
+        lane.do(q.schedules),
+        lambda r: (
+            [(s.name, s.paused, s.last_id) for s in r]
+            == [("hourly", True, None), ("yearly", False, first)]
+            and r[1].next_due == datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp()
+        ),
+    )
+    check("resume_schedule", lane.do(q.resume_schedule, "hourly"), True)
+    check("remove_schedule", lane.do(q.remove_schedule, "hourly"), True)
+    check(
+        "the occurrence is an item",
+        lane.do(q.lease, 30, block=False),
+        lambda r: (r.id(), r.data()) == (first, b"y"),
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     "adding": adding,
     "leasing": leasing,
@@ -549,6 +580,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cleaning": cleaning,
     "flushing": flushing,
     "jobs": jobs,
+    "scheduling": scheduling,
 }
 
 

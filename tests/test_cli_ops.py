@@ -698,6 +698,9 @@ RUNNABLE: dict[str, list[str]] = {
     "dashboard": [P],
     "demo": ["--items", "1"],
     "item": [P, "an-id"],
+    "schedule": ["pause", P, "nightly"],
+    "schedules": [P],
+    "scheduler": [P, "--once"],
 }
 
 

@@ -25,6 +25,7 @@ from .errors import (
 from .item import Item
 from .keyprefix import KeyPrefix
 from .ops.jobs import ItemState
+from .ops.schedules import Schedule
 from .results import (
     CleanProgress,
     CleanReport,
@@ -95,6 +96,7 @@ __all__ = [
     "QueuedItem",
     "Released",
     "ReplicationError",
+    "Schedule",
     "ScriptError",
     "WorkQueue",
     "WorkQueueError",

@@ -114,7 +114,8 @@ class MissingExtraError(WorkQueueError, ImportError):
     def __init__(self, feature: str, extra: str, missing: str | None) -> None:
         super().__init__(
             f"{feature} needs the '{extra}' extra: pip install '{DISTRIBUTION}[{extra}]'"
-            f" ({missing or 'a dependency'} is missing)",
+            f" ({missing or 'a dependency'} is missing); from a checkout, pip install -e "
+            f"'.[{extra}]'; from a wheel, pip install '<the .whl file>[{extra}]'",
             name=missing,
         )
         self.extra = extra

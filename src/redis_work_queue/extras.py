@@ -13,6 +13,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "prometheus": ("prometheus_client",),
     "dashboard": ("starlette", "uvicorn", "jinja2"),
     "embedded": ("fakeredis", "lupa"),
+    "schedules": ("cronsim",),
 }
 
 

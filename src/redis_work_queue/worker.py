@@ -144,6 +144,10 @@ class Worker(Shell):
         health_file: Touch this file at each heartbeat while the worker is healthy: not during
             an outage, nor when every handler is stuck past its timeout. A liveness probe
             checks its age.
+        schedule_secs: Add the due occurrences of the queues' schedules (see
+            :meth:`WorkQueue.schedule`) at most once per this many seconds across every worker
+            of the queues, gated in Redis (``<P>:schedules:turn``, set only on a queue that has
+            schedules). None leaves it to others (``rwq scheduler``).
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the handler is asynchronous
@@ -168,6 +172,7 @@ class Worker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        schedule_secs: float | None = 1.0,
     ) -> None:
         self.options: Options = check_options(
             queues,
@@ -182,6 +187,7 @@ class Worker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            schedule_secs=schedule_secs,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")

@@ -12,6 +12,7 @@ from .clients import SyncClient, SyncPipeline
 from .item import Item
 from .ops import PIPELINE_CHUNK, jobs
 from .ops import lease as lease_ops
+from .ops import schedules as schedule_ops
 from .ops.jobs import ItemState
 from .ops.lease import FALLBACK_SLICE
 from .queue_base import QueueBase, ops_of, ops_of_one
@@ -640,6 +641,109 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``ids`` is not a list of str (checked before any call).
         """
         return run(db, jobs.states(self.ops, ids))
+
+    # Schedules (see docs/schedules.md) ---------------------------------------------------------
+
+    def schedule(
+        self,
+        db: SyncClient,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        data: bytes | str = b"",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        catch_up: schedule_ops.CatchUp = "one",
+        overlap: schedule_ops.Overlap = "add",
+    ) -> bool:
+        """Create or replace a schedule: items added on a cron expression or at a fixed interval.
+
+        Each occurrence is an ordinary item of the queue, added exactly once however many
+        schedulers run (the workers run them; see :meth:`run_schedules`), with the id
+        ``<name>@<due time in UTC>`` (``nightly@2026-11-27T01:00:00.000Z``). Declaring the same
+        schedule again (as every worker may at start) changes nothing, so its due times, and
+        the catch-up after downtime, are kept; a changed one replaces it atomically (a paused
+        schedule stays paused).
+
+        Args:
+            db: The Redis client.
+            name: The schedule's name (1 to 200 characters, without ``@``).
+            cron: A cron expression of five fields (minute hour day-of-month month
+                day-of-week), or six with a seconds field first, read in ``tz``.
+            every: Instead of ``cron``: an interval in seconds (at least 0.1); occurrences fall
+                on ``start`` plus whole intervals (the Unix epoch without ``start``).
+            tz: The IANA time zone of the cron expression (``"Europe/Paris"``).
+            data: The data of each occurrence.
+            start: No occurrence is due before this: an aware datetime or seconds since the
+                epoch.
+            end: No occurrence is due after this.
+            catch_up: For due times that passed while no scheduler ran: ``"none"`` skips them,
+                ``"one"`` adds one occurrence (for the latest), ``"all"`` adds one each (the
+                latest 100).
+            overlap: ``"skip"``: add no occurrence while the last one added is still queued,
+                delayed or leased; ``"add"`` (the default) adds regardless.
+
+        Returns:
+            True when the schedule was created or changed; False when it existed as given.
+
+        Raises:
+            InvalidArgumentError: An argument is invalid (a bad cron field, an unknown zone,
+                both or neither of ``cron`` and ``every``, ``end`` before ``start``, a name
+                holding ``@``); nothing is written.
+            MissingExtraError: A cron schedule needs the ``schedules`` extra.
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+        """
+        return run(
+            db,
+            schedule_ops.schedule_steps(
+                self.keys,
+                name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                data=data,
+                start=start,
+                end=end,
+                catch_up=catch_up,
+                overlap=overlap,
+            ),
+        )
+
+    def schedules(self, db: SyncClient) -> list[schedule_ops.Schedule]:
+        """The queue's schedules (paused ones first, then by next due time), read in pages."""
+        return run(db, schedule_ops.list_steps(self.keys))
+
+    def pause_schedule(self, db: SyncClient, name: str) -> bool:
+        """Pause a schedule: no occurrence is added until it is resumed. True when it ran."""
+        return run(db, schedule_ops.pause_steps(self.keys, name))
+
+    def resume_schedule(self, db: SyncClient, name: str) -> bool:
+        """Resume a paused schedule from its next due time after now; True when it was paused.
+
+        The due times that passed while it was paused are skipped.
+        """
+        return run(db, schedule_ops.resume_steps(self.keys, name))
+
+    def remove_schedule(self, db: SyncClient, name: str) -> bool:
+        """Remove a schedule (the occurrences it added stay). True when it existed."""
+        return run(db, schedule_ops.remove_steps(self.keys, name))
+
+    def run_schedules(self, db: SyncClient, limit: int = schedule_ops.DUE_LIMIT) -> list[str]:
+        """Add the occurrences of the schedules that are due, by the server's clock.
+
+        The worker runners call it in their housekeeping (``rwq scheduler`` runs it alone); any
+        number of callers may race: each occurrence is added once.
+
+        Args:
+            db: The Redis client.
+            limit: The most due schedules taken in this call (the rest are taken by the next).
+
+        Returns:
+            The ids of the occurrences added, oldest first for each schedule.
+        """
+        return run(db, schedule_ops.run_steps(self.keys, limit))
 
 
 def lease_from(
