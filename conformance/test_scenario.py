@@ -134,6 +134,16 @@ def adding(lane: Lane, check: Check) -> None:
         keys=lambda s: [m for m, _ in s[b"adds:delayed"][1]] == [b"later", b"later2"],
     )
     check("stats with delayed items", lane.do(q.stats), lambda r: (r.queued, r.delayed) == (13, 2))
+    check(
+        "delayed, soonest due first, with a preview",
+        lane.do(q.delayed, 0, 10, preview_bytes=1),
+        lambda r: (
+            [(d.position, d.id, d.data, d.size) for d in r]
+            == [(0, "later", b"l", 1), (1, "later2", b"l", 2)]
+            and r[1].truncated
+            and 3500 < r[0].due_at - time.time() <= 3600
+        ),
+    )
     check.raises(
         "add_item of a dict", InvalidArgumentError, lambda: lane.do(q.add_item, {"data": b"x"})
     )

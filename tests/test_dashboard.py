@@ -288,7 +288,7 @@ def test_requeue_and_purge_one_selected_and_all(dash: TestClient, real_db: redis
         result: dict[str, Any] = reply.json()
         return result
 
-    assert act(action="requeue", ids=["d0"])["message"] == "q: requeued 1 dead letters"
+    assert act(action="requeue", ids=["d0"])["message"] == "q: requeued 1 dead letter"
     assert act(action="purge", ids=["d1", "d2"])["message"] == "q: purged 2 dead letters"
     assert [d.id for d in queue.dead_letters(real_db)] == ["d3", "d4"]
     assert act(action="requeue", all=True)["message"] == "q: requeued 2 dead letters"

@@ -191,7 +191,7 @@ def test_dead_letter_requeued_from_the_page(
     wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
     assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
     assert [q.id for q in queue.peek(real_db)] == ["d1"]
-    wait_for(lambda: "requeued 1 dead letters" in (text_of(driver, "#notice") or ""), WAIT, "m")
+    wait_for(lambda: "requeued 1 dead letter" in (text_of(driver, "#notice") or ""), WAIT, "m")
     wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
     # Selected: tick d2 and purge it.
     wait_for(lambda: text_of(driver, "#dead tr[data-id='d1']") is None, WAIT, "d1 gone")

@@ -25,6 +25,7 @@ from .errors import (
 from .item import Item
 from .keyprefix import KeyPrefix
 from .ops.jobs import ItemState
+from .ops.listing import DelayedItem
 from .ops.schedules import Schedule
 from .results import (
     CleanProgress,
@@ -84,6 +85,7 @@ __all__ = [
     "CleanReport",
     "CrossSlotError",
     "DeadLetter",
+    "DelayedItem",
     "FlushReport",
     "InvalidArgumentError",
     "Item",

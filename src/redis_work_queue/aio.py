@@ -14,10 +14,11 @@ from datetime import datetime
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
-from .ops import jobs
+from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops.jobs import ItemState
+from .ops.listing import DelayedItem
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -240,6 +241,16 @@ class AsyncWorkQueue(QueueBase):
     async def pending(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
         """See :meth:`WorkQueue.pending`."""
         return await arun(db, self.ops.pending(start, count))
+
+    async def delayed(
+        self,
+        db: AsyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[DelayedItem]:
+        """See :meth:`WorkQueue.delayed`."""
+        return await arun(db, listing.delayed(self.keys, start, count, preview_bytes))
 
     async def flush(
         self, db: AsyncClient, progress: Callable[[int], None] | None = None

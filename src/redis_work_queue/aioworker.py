@@ -116,6 +116,12 @@ class AsyncWorker(Shell):
     def _on_signal(self, signum: int) -> None:
         self._signalled(signum)
 
+    def _mode(self) -> str:
+        return "asyncio"
+
+    def _source(self) -> Any:
+        return self.db
+
     async def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
     ) -> WorkerStats:

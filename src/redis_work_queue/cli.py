@@ -350,6 +350,11 @@ def _flush(args: argparse.Namespace, db: Any) -> int:
 LISTING_PREVIEW_BYTES = 1024
 
 
+def plural(count: int, noun: str) -> str:
+    """``"1 dead letter"``, ``"2 dead letters"``: a count and its noun, in the right number."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _preview(data: bytes, width: int = 40) -> str:
     text = data.decode("utf-8", "backslashreplace")
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -378,7 +383,7 @@ def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
     if args.json:
         _json_out({"queue": args.queue, verb: done, "not_found": missing})
     else:
-        print(f"{verb} {done} dead letters of {args.queue}")
+        print(f"{verb} {plural(done, 'dead letter')} of {args.queue}")
     if missing:
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
         raise Failure(
@@ -413,7 +418,7 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
         ]
         _json_out({"total": total, "dead_letters": rows})
         return EXIT_OK
-    print(f"{total} dead letters in {args.queue}")
+    print(f"{plural(total, 'dead letter')} in {args.queue}")
     for d in page:
         died = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.died_at))
         print(f"{d.id}  deliveries={d.deliveries}  died={died}  reason={d.reason!r}")
@@ -478,6 +483,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
 
 def _workers(args: argparse.Namespace, db: Any) -> int:
     found = {name: live_workers(db, _queue(args, name)) for name in args.queues}
+    _warn_missing(db, [name for name, rows in found.items() if not rows])
     if args.json:
         _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK
@@ -737,7 +743,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=_clean(kind))
 
-    p = command("info", help="queued, leased, expired-awaiting-clean, delayed and dead counts")
+    p = command(
+        "info",
+        help="queued, leased, expired-awaiting-clean, delayed and dead counts",
+        description="Print each queue's counts: queued (waiting), leased, expired (leases run "
+        "out, awaiting a light clean), delayed (due later) and dead (dead letters), and warn "
+        "when the server may evict keys or a queue has no keys.",
+    )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.set_defaults(func=_info)
 
@@ -1122,6 +1134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    if args.command == "worker":
+        # The worker's start and stop lines (and a signal's), with -v or without.
+        logging.getLogger("redis_work_queue.worker").setLevel(logging.INFO)
     db: Any = None
     where = "Redis"
     try:

@@ -205,6 +205,12 @@ class Worker(Shell):
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled(signum)
 
+    def _mode(self) -> str:
+        return "processes" if self.processes else "threads"
+
+    def _source(self) -> Any:
+        return self.redis_url
+
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
     ) -> WorkerStats:

@@ -10,11 +10,12 @@ from datetime import datetime
 from . import transport
 from .clients import SyncClient, SyncPipeline
 from .item import Item
-from .ops import PIPELINE_CHUNK, jobs
+from .ops import PIPELINE_CHUNK, jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops.jobs import ItemState
 from .ops.lease import FALLBACK_SLICE
+from .ops.listing import DelayedItem
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -581,6 +582,31 @@ class WorkQueue(QueueBase):
             count: Most entries to return.
         """
         return run(db, self.ops.pending(start, count))
+
+    def delayed(
+        self,
+        db: SyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[DelayedItem]:
+        """Look at the delayed items (held back until a due time), soonest due first.
+
+        Args:
+            db: The Redis client.
+            start: Position of the first item: 0 is the one due soonest; negative positions
+                count from the one due last (-1).
+            count: Most items to return.
+            preview_bytes: As for :meth:`peek`: at most this many bytes of each item's data
+                (with the whole length in ``size``); None returns the whole data.
+
+        Returns:
+            The items in due order, each with its position and due time.
+
+        Raises:
+            InvalidArgumentError: A page argument or ``preview_bytes`` is out of range.
+        """
+        return run(db, listing.delayed(self.keys, start, count, preview_bytes))
 
     def flush(self, db: SyncClient, progress: Callable[[int], None] | None = None) -> FlushReport:
         """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..aio import AsyncWorkQueue
+from ..cli import plural
 from ..connect import mask
 from ..errors import InvalidArgumentError, WorkQueueError
 from ..keyprefix import KeyPrefix
@@ -370,9 +371,9 @@ async def action(request: Request) -> Response:
             raise _NotShown(name)
         queue = AsyncWorkQueue(KeyPrefix(name))
         if kind == "requeue":
-            message = f"requeued {await queue.requeue_dead(state.db, ids)} dead letters"
+            message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":
-            message = f"purged {await queue.purge_dead(state.db, ids)} dead letters"
+            message = f"purged {plural(await queue.purge_dead(state.db, ids), 'dead letter')}"
         elif kind == "light-clean":
             message = _clean_message(await queue.light_clean(state.db))
         elif kind == "deep-clean":
