@@ -511,6 +511,76 @@ def flushing(lane: Lane, check: Check) -> None:
     check("nothing left to flush", lane.do(star.flush), FlushReport(keys=0, items=0))
 
 
+def jobs(lane: Lane, check: Check) -> None:
+    q = lane.queue("jobs", max_deliveries=2)
+    lane.do(q.add_item, Item(b"a", id="a"))
+    lane.do(q.add_item, Item(b"later", id="later"), delay=60)
+    check(
+        "state of a queued item",
+        lane.do(q.state, "a"),
+        lambda r: (r.id, r.state, r.deliveries) == ("a", "queued", 0),
+    )
+    check(
+        "state of a delayed item",
+        lane.do(q.state, "later"),
+        lambda r: r.state == "delayed" and r.due_at is not None and r.due_at > time.time() + 50,
+    )
+    a = lane.do(q.lease, 30, block=False)
+    check(
+        "state of a leased item",
+        lane.do(q.state, "a"),
+        lambda r: r.state == "leased" and r.deliveries == 1 and 25 < (r.lease_left or 0) <= 30,
+    )
+    lane.do(q.release, a, reason="try again")
+    check(
+        "state of a released item",
+        lane.do(q.state, "a"),
+        lambda r: (r.state, r.deliveries, r.reason) == ("queued", 1, "try again"),
+    )
+    a = lane.do(q.lease, 30, block=False)
+    lane.do(q.release, a, reason="no more")
+    lane.do(q.add_item, Item(b"b", id="b"))
+    check(
+        "states of many",
+        lane.do(q.states, ["a", "b", "nothing"]),
+        lambda r: (
+            [(s.state, s.deliveries, s.reason) for s in r]
+            == [("dead", 2, "no more"), ("queued", 0, None), ("gone", 0, None)]
+        ),
+    )
+
+
+def scheduling(lane: Lane, check: Check) -> None:
+    q = lane.queue("sched")
+    yearly = {"cron": "0 0 1 1 *", "data": b"y"}
+    check("schedule", lane.do(q.schedule, "yearly", **yearly), True)
+    check("schedule again as it is", lane.do(q.schedule, "yearly", **yearly), False)
+    check("schedule every hour", lane.do(q.schedule, "hourly", every=3600), True)
+    check("pause_schedule", lane.do(q.pause_schedule, "hourly"), True)
+    check("run_schedules with nothing due", lane.do(q.run_schedules), [])
+    # As after a downtime: the yearly schedule's due time passed years ago.
+    lane.admin.zadd("sched:schedules:due", {"yearly": 1_577_836_800_000})
+    year = datetime.now(timezone.utc).year
+    first = f"yearly@{year}-01-01T00:00:00.000Z"
+    check("run_schedules adds one for the missed times", lane.do(q.run_schedules), [first])
+    check(
+        "schedules",
+        lane.do(q.schedules),
+        lambda r: (
+            [(s.name, s.paused, s.last_id) for s in r]
+            == [("hourly", True, None), ("yearly", False, first)]
+            and r[1].next_due == datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp()
+        ),
+    )
+    check("resume_schedule", lane.do(q.resume_schedule, "hourly"), True)
+    check("remove_schedule", lane.do(q.remove_schedule, "hourly"), True)
+    check(
+        "the occurrence is an item",
+        lane.do(q.lease, 30, block=False),
+        lambda r: (r.id(), r.data()) == (first, b"y"),
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     "adding": adding,
     "leasing": leasing,
@@ -519,6 +589,8 @@ SCENARIOS: dict[str, Scenario] = {
     "dead_letters": dead_letters,
     "cleaning": cleaning,
     "flushing": flushing,
+    "jobs": jobs,
+    "scheduling": scheduling,
 }
 
 

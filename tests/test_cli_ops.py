@@ -697,6 +697,10 @@ RUNNABLE: dict[str, list[str]] = {
     "workers": [P],
     "dashboard": [P],
     "demo": ["--items", "1"],
+    "item": [P, "an-id"],
+    "schedule": ["pause", P, "nightly"],
+    "schedules": [P],
+    "scheduler": [P, "--once"],
 }
 
 

@@ -24,7 +24,9 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.jobs import ItemState
 from .ops.listing import DelayedItem
+from .ops.schedules import Schedule
 from .results import (
     CleanProgress,
     CleanReport,
@@ -87,6 +89,7 @@ __all__ = [
     "FlushReport",
     "InvalidArgumentError",
     "Item",
+    "ItemState",
     "KeyPrefix",
     "MissingExtraError",
     "OutcomeUnknownError",
@@ -95,6 +98,7 @@ __all__ = [
     "QueuedItem",
     "Released",
     "ReplicationError",
+    "Schedule",
     "ScriptError",
     "WorkQueue",
     "WorkQueueError",

@@ -14,8 +14,10 @@ from datetime import datetime
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
+from .ops import jobs, listing
 from .ops import lease as lease_ops
-from .ops import listing
+from .ops import schedules as schedule_ops
+from .ops.jobs import ItemState
 from .ops.listing import DelayedItem
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
@@ -263,6 +265,71 @@ class AsyncWorkQueue(QueueBase):
     async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    async def state(self, db: AsyncClient, item_id: str) -> ItemState:
+        """See :meth:`WorkQueue.state`."""
+        return await arun(db, jobs.state(self.ops, item_id))
+
+    async def states(self, db: AsyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """See :meth:`WorkQueue.states`."""
+        return await arun(db, jobs.states(self.ops, ids))
+
+    # Schedules (see docs/schedules.md) ---------------------------------------------------------
+
+    async def schedule(
+        self,
+        db: AsyncClient,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        data: bytes | str = b"",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        catch_up: schedule_ops.CatchUp = "one",
+        overlap: schedule_ops.Overlap = "add",
+    ) -> bool:
+        """See :meth:`WorkQueue.schedule`."""
+        return await arun(
+            db,
+            schedule_ops.schedule_steps(
+                self.keys,
+                name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                data=data,
+                start=start,
+                end=end,
+                catch_up=catch_up,
+                overlap=overlap,
+            ),
+        )
+
+    async def schedules(self, db: AsyncClient) -> list[schedule_ops.Schedule]:
+        """See :meth:`WorkQueue.schedules`."""
+        return await arun(db, schedule_ops.list_steps(self.keys))
+
+    async def pause_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.pause_schedule`."""
+        return await arun(db, schedule_ops.pause_steps(self.keys, name))
+
+    async def resume_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.resume_schedule`."""
+        return await arun(db, schedule_ops.resume_steps(self.keys, name))
+
+    async def remove_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.remove_schedule`."""
+        return await arun(db, schedule_ops.remove_steps(self.keys, name))
+
+    async def run_schedules(
+        self, db: AsyncClient, limit: int = schedule_ops.DUE_LIMIT
+    ) -> list[str]:
+        """See :meth:`WorkQueue.run_schedules`."""
+        return await arun(db, schedule_ops.run_steps(self.keys, limit))
 
 
 async def lease_from(

@@ -51,12 +51,13 @@ class AsyncWorker(Shell):
         concurrency: How many handlers run at once (tasks).
         backoff: Delay before the first retry of a failed item, doubled per further delivery.
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle task looks at the stop flag.
+        poll_secs: How often an idle task looks at the stop flag (at least 0.01 s).
         timeout: Cancel a handler that runs longer than this many seconds and release its item
             as a failure with reason ``timeout``; a new task takes its slot. None: no timeout.
         clean_secs: As for ``Worker``: the fleet's light clean, at most once per interval.
         heartbeat_secs: As for ``Worker``: the worker's registration and its heartbeat.
         health_file: As for ``Worker``: touched at each beat while the worker is healthy.
+        schedule_secs: As for ``Worker``: the fleet's turn to add the schedules' occurrences.
 
     Raises:
         InvalidArgumentError: An argument is out of range (before anything starts).
@@ -79,6 +80,7 @@ class AsyncWorker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        schedule_secs: float | None = 1.0,
     ) -> None:
         self.options = check_options(
             queues,
@@ -93,6 +95,7 @@ class AsyncWorker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            schedule_secs=schedule_secs,
             asynchronous=True,
         )
         if isinstance(db, str):

@@ -20,10 +20,13 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
+from types import FrameType
 from typing import Any, NoReturn
 
 import redis
@@ -459,6 +462,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
             clean_secs=None if args.no_clean else args.clean_secs,
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
+            schedule_secs=None if args.no_schedules else args.schedule_secs,
         )
     except InvalidArgumentError as err:
         raise Failure(EXIT_USAGE, str(err)) from err
@@ -830,6 +834,16 @@ def build_parser() -> argparse.ArgumentParser:
         "lease time)",
     )
     p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
+    p.add_argument(
+        "--schedule-secs",
+        type=_seconds,
+        default=1.0,
+        help="add the queues' due scheduled items at most this often across all workers "
+        "(default 1)",
+    )
+    p.add_argument(
+        "--no-schedules", action="store_true", help="leave the schedules to rwq scheduler"
+    )
     p.set_defaults(func=_worker)
 
     p = command(
@@ -877,6 +891,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_dashboard)
 
+    _job_commands(command)
+
     p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
@@ -886,7 +902,201 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", type=int, default=200, help="items to produce (default 200)")
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     p.set_defaults(func=None)
+    _schedule_commands(command)
     return parser
+
+
+# Job control by id ------------------------------------------------------------------------------
+
+
+def _item(args: argparse.Namespace, db: Any) -> int:
+    found = _queue(args, args.queue).state(db, args.id)
+    row = asdict(found)
+    if args.json:
+        _json_out(row)
+    else:
+        for name, value in row.items():
+            if value is not None:
+                print(f"{name:<11} {value}")
+    return EXIT_OK
+
+
+def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add the commands that act on items by id."""
+    p = command(
+        "item",
+        help="where one item is: its state, deliveries, lease, due time and last failure",
+        description="Show one item's state (queued, delayed, leased, expired, dead, completed "
+        "or gone) in one read.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("id", metavar="ID", help="the item's id")
+    p.set_defaults(func=_item)
+
+
+# Schedules --------------------------------------------------------------------------------------
+
+
+def _moment(text: str) -> datetime | float:
+    """A ``--start``/``--end`` value: ISO 8601 with an offset, or seconds since the epoch."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: write ISO 8601 with an offset "
+            "(2026-12-01T02:00:00+01:00) or seconds since the epoch"
+        ) from err
+
+
+def _schedule(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    if args.action == "add":
+        changed: bool = queue.schedule(
+            db,
+            args.name,
+            cron=args.cron,
+            every=args.every,
+            tz=args.tz,
+            data=args.data.encode(),
+            start=args.start,
+            end=args.end,
+            catch_up=args.catch_up,
+            overlap=args.overlap,
+        )
+        what = "saved" if changed else "unchanged"
+    else:
+        act = {
+            "remove": queue.remove_schedule,
+            "pause": queue.pause_schedule,
+            "resume": queue.resume_schedule,
+        }[args.action]
+        changed = act(db, args.name)
+        if not changed and not any(s.name == args.name for s in queue.schedules(db)):
+            raise Failure(EXIT_FAILED, f"queue {args.queue} has no schedule {args.name!r}")
+        what = {"remove": "removed", "pause": "paused", "resume": "resumed"}[args.action]
+        what = what if changed else f"already {what}"
+    if args.json:
+        _json_out({"queue": args.queue, "schedule": args.name, "changed": changed})
+    else:
+        print(f"{args.queue} {args.name}: {what}")
+    return EXIT_OK
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _schedules(args: argparse.Namespace, db: Any) -> int:
+    found = {name: _queue(args, name).schedules(db) for name in args.queues}
+    if args.json:
+        _json_out({name: [asdict(s) for s in rows] for name, rows in found.items()})
+        return EXIT_OK
+    table = [["queue", "schedule", "when", "tz", "next (UTC)", "state", "last added"]]
+    for name, rows in found.items():
+        for s in rows:
+            when = s.cron if s.cron is not None else f"every {s.every:g}s"
+            state = "paused" if s.paused else ("ended" if s.next_due is None else "running")
+            table.append([name, s.name, when, s.tz, _when(s.next_due), state, s.last_id or "-"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if len(table) == 1:
+        print("no schedules")
+    return EXIT_OK
+
+
+def _scheduler(args: argparse.Namespace, db: Any) -> int:
+    """Run the queues' schedules every ``--interval`` seconds until SIGTERM or SIGINT."""
+    queues = [_queue(args, name) for name in args.queues]
+    db.ping()  # unreachable at start: exit 3; later outages are waited out
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    if not args.once:
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    down = False
+    while True:
+        try:
+            for queue in queues:
+                for added in queue.run_schedules(db):
+                    logging.getLogger(__name__).info("added %s to %s", added, queue.name.prefix)
+                    if args.once:
+                        print(json.dumps({"queue": queue.name.prefix, "added": added}))
+            if down:
+                logging.getLogger(__name__).info("Redis answers again")
+                down = False
+        except (redis.ConnectionError, redis.TimeoutError) as err:
+            if args.once:
+                raise
+            if not down:
+                logging.getLogger(__name__).warning("cannot reach Redis, retrying: %s", err)
+                down = True
+        if args.once or stop.wait(args.interval):
+            return EXIT_OK
+
+
+def _schedule_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The subcommands of schedules: ``schedule``, ``schedules`` and ``scheduler``."""
+    p = command(
+        "schedule",
+        help="add (or replace), remove, pause or resume a schedule of a queue",
+        description="Manage a schedule: items added to the queue on a cron expression or at a "
+        "fixed interval, each occurrence exactly once however many schedulers run.",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add or replace a schedule")
+    _global_options(add, top=False)
+    add.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    add.add_argument("name", metavar="NAME", help="the schedule's name (no '@')")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help="cron expression, e.g. '0 2 * * *' (seconds first if 6)")
+    when.add_argument("--every", type=float, metavar="SECS", help="a fixed interval")
+    add.add_argument("--tz", default="UTC", help="time zone of the cron expression")
+    add.add_argument("--data", default="", help="the data of each occurrence (text)")
+    add.add_argument("--start", type=_moment, help="no occurrence before (ISO 8601 or epoch)")
+    add.add_argument("--end", type=_moment, help="no occurrence after (ISO 8601 or epoch)")
+    add.add_argument("--catch-up", choices=("none", "one", "all"), default="one")
+    add.add_argument("--overlap", choices=("add", "skip"), default="add")
+    for name, text in (
+        ("remove", "remove a schedule (its occurrences stay)"),
+        ("pause", "pause a schedule"),
+        ("resume", "resume a paused schedule from its next due time"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        _global_options(sub, top=False)
+        sub.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        sub.add_argument("name", metavar="NAME", help="the schedule's name")
+    p.set_defaults(func=_schedule)
+
+    p = command(
+        "schedules",
+        help="list the schedules of queues with their next due times",
+        description="List each queue's schedules: when they fall due, their next due time, "
+        "whether they are paused, and the id of the last occurrence added.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.set_defaults(func=_schedules)
+
+    p = command(
+        "scheduler",
+        help="add the due occurrences of queues' schedules, until stopped",
+        description="Add the due occurrences of the queues' schedules every --interval "
+        "seconds, until SIGTERM or Ctrl-C (exit 0). Workers do this already; run it for a "
+        "fleet without workers, or beside them: racing schedulers add each occurrence once.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefixes")
+    p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECS", help="default 0.5")
+    p.add_argument("--once", action="store_true", help="run once, print what was added")
+    p.set_defaults(func=_scheduler)
 
 
 # Running ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "prometheus": ("prometheus_client",),
     "dashboard": ("starlette", "uvicorn", "jinja2"),
     "embedded": ("fakeredis", "lupa"),
+    "schedules": ("cronsim",),
 }
 
 #: The packages each extra brings, as pip names them (with the extra's lowest versions).
@@ -21,6 +22,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "prometheus": ("'prometheus-client>=0.17'",),
     "dashboard": ("'starlette>=0.37'", "'uvicorn>=0.29'", "'jinja2>=3.1'"),
     "embedded": ("'fakeredis>=2.26'", "'lupa>=2.0'"),
+    "schedules": ("'cronsim>=2.6'",),
 }
 
 

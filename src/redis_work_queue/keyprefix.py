@@ -156,6 +156,11 @@ class QueueKeys:
     worker_prefix: str
     counts: str
     durations: str
+    schedules: str
+    schedules_data: str
+    schedules_due: str
+    schedules_last: str
+    schedules_turn: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name

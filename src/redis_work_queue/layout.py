@@ -169,6 +169,26 @@ ROWS: tuple[KeyRow, ...] = (
         "durations", ":durations", "hash", "queue", _R, False,
         "the workers' job-duration histogram: field -> count (no expiry)",
     ),
+    KeyRow(
+        "schedules", ":schedules", "hash", "queue", _S, False,
+        "schedules: name -> its definition (JSON: cron or interval, zone, start, end, policies)",
+    ),
+    KeyRow(
+        "schedules_data", ":schedules:data", "hash", "queue", _S, False,
+        "schedules: name -> the data each of its occurrences carries",
+    ),
+    KeyRow(
+        "schedules_due", ":schedules:due", "zset", "queue", _S, False,
+        "schedules: name -> ms its next occurrence is due (-1: paused; +inf: none left)",
+    ),
+    KeyRow(
+        "schedules_last", ":schedules:last", "hash", "queue", _S, False,
+        "schedules: name -> the id of the last occurrence added",
+    ),
+    KeyRow(
+        "schedules_turn", ":schedules:turn", "string", "queue", _R, False,
+        "a flag with an expiry: a worker took the fleet's turn to add due occurrences",
+    ),
 )
 # fmt: on
 

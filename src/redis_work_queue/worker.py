@@ -127,7 +127,7 @@ class Worker(Shell):
         backoff: Delay before the first retry of a failed item, doubled for each further
             delivery (with up to 10% random jitter).
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle worker looks at the stop flag.
+        poll_secs: How often an idle worker looks at the stop flag (at least 0.01 s).
         timeout: Give up a handler that runs longer than this many seconds: its lease is no
             longer renewed and its item is released as a failure with reason ``timeout``
             (counted in ``failed`` and ``timed_out``; ``max_deliveries`` applies as to any
@@ -144,6 +144,10 @@ class Worker(Shell):
         health_file: Touch this file at each heartbeat while the worker is healthy: not during
             an outage, nor when every handler is stuck past its timeout. A liveness probe
             checks its age.
+        schedule_secs: Add the due occurrences of the queues' schedules (see
+            :meth:`WorkQueue.schedule`) at most once per this many seconds across every worker
+            of the queues, gated in Redis (``<P>:schedules:turn``, set only on a queue that has
+            schedules). None leaves it to others (``rwq scheduler``).
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the handler is asynchronous
@@ -168,6 +172,7 @@ class Worker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        schedule_secs: float | None = 1.0,
     ) -> None:
         self.options: Options = check_options(
             queues,
@@ -182,6 +187,7 @@ class Worker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            schedule_secs=schedule_secs,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")

@@ -10,8 +10,10 @@ from datetime import datetime
 from . import transport
 from .clients import SyncClient, SyncPipeline
 from .item import Item
-from .ops import PIPELINE_CHUNK, listing
+from .ops import PIPELINE_CHUNK, jobs, listing
 from .ops import lease as lease_ops
+from .ops import schedules as schedule_ops
+from .ops.jobs import ItemState
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
 from .queue_base import QueueBase, ops_of, ops_of_one
@@ -196,7 +198,8 @@ class WorkQueue(QueueBase):
             db: The Redis client.
             lease_secs: How long the lease lasts, in seconds (millisecond precision).
             block: Wait for an item when the queue is empty.
-            timeout: With ``block``, how long to wait in seconds; 0 waits for ever.
+            timeout: With ``block``, how long to wait in seconds; 0 waits for ever; a
+                positive timeout shorter than one millisecond waits one millisecond.
             at_most_once: Remove the item from the queue as it is handed out, in the same
                 script: it is never delivered again, whatever happens to this worker. The item
                 then has no lease (there is nothing to complete or release).
@@ -491,11 +494,19 @@ class WorkQueue(QueueBase):
         Returns:
             How many were requeued. A dead letter whose id is used by a live item again stays
             dead.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is one str (pass ``[id]``), or an id is not a str that
+                can name an item (every id is checked before anything is sent).
         """
         return run(db, self.ops.requeue_dead(ids, progress))
 
     def purge_dead(self, db: SyncClient, ids: Iterable[str] | None = None) -> int:
-        """Delete dead letters for good (all of them when ``ids`` is None); returns how many."""
+        """Delete dead letters for good (all of them when ``ids`` is None); returns how many.
+
+        Raises:
+            InvalidArgumentError: As for :meth:`requeue_dead`.
+        """
         return run(db, self.ops.purge_dead(ids))
 
     # Inspection -------------------------------------------------------------------------------
@@ -624,6 +635,141 @@ class WorkQueue(QueueBase):
         apart.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    def state(self, db: SyncClient, item_id: str) -> ItemState:
+        """Where one item is: queued, delayed, leased, expired, dead, completed or gone.
+
+        One script call, of bounded cost whatever the queue's length (the docs' page on job
+        control says what each state costs).
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            Its state, delivery count, lease, due time and last failure's reason.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.state(self.ops, item_id))
+
+    def states(self, db: SyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """The state of each of ``ids``, in their order (one script call per 500 ids).
+
+        Args:
+            db: The Redis client.
+            ids: The items' ids.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not a list of str (checked before any call).
+        """
+        return run(db, jobs.states(self.ops, ids))
+
+    # Schedules (see docs/schedules.md) ---------------------------------------------------------
+
+    def schedule(
+        self,
+        db: SyncClient,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        data: bytes | str = b"",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        catch_up: schedule_ops.CatchUp = "one",
+        overlap: schedule_ops.Overlap = "add",
+    ) -> bool:
+        """Create or replace a schedule: items added on a cron expression or at a fixed interval.
+
+        Each occurrence is an ordinary item of the queue, added exactly once however many
+        schedulers run (the workers run them; see :meth:`run_schedules`), with the id
+        ``<name>@<due time in UTC>`` (``nightly@2026-11-27T01:00:00.000Z``). Declaring the same
+        schedule again (as every worker may at start) changes nothing, so its due times, and
+        the catch-up after downtime, are kept; a changed one replaces it atomically (a paused
+        schedule stays paused).
+
+        Args:
+            db: The Redis client.
+            name: The schedule's name (1 to 200 characters, without ``@``).
+            cron: A cron expression of five fields (minute hour day-of-month month
+                day-of-week), or six with a seconds field first, read in ``tz``.
+            every: Instead of ``cron``: an interval in seconds (at least 0.1); occurrences fall
+                on ``start`` plus whole intervals (the Unix epoch without ``start``).
+            tz: The IANA time zone of the cron expression (``"Europe/Paris"``).
+            data: The data of each occurrence.
+            start: No occurrence is due before this: an aware datetime or seconds since the
+                epoch.
+            end: No occurrence is due after this.
+            catch_up: For due times that passed while no scheduler ran: ``"none"`` skips them,
+                ``"one"`` adds one occurrence (for the latest), ``"all"`` adds one each (the
+                latest 100).
+            overlap: ``"skip"``: add no occurrence while the last one added is still queued,
+                delayed or leased; ``"add"`` (the default) adds regardless.
+
+        Returns:
+            True when the schedule was created or changed; False when it existed as given.
+
+        Raises:
+            InvalidArgumentError: An argument is invalid (a bad cron field, an unknown zone,
+                both or neither of ``cron`` and ``every``, ``end`` before ``start``, a name
+                holding ``@``); nothing is written.
+            MissingExtraError: A cron schedule needs the ``schedules`` extra.
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+        """
+        return run(
+            db,
+            schedule_ops.schedule_steps(
+                self.keys,
+                name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                data=data,
+                start=start,
+                end=end,
+                catch_up=catch_up,
+                overlap=overlap,
+            ),
+        )
+
+    def schedules(self, db: SyncClient) -> list[schedule_ops.Schedule]:
+        """The queue's schedules (paused ones first, then by next due time), read in pages."""
+        return run(db, schedule_ops.list_steps(self.keys))
+
+    def pause_schedule(self, db: SyncClient, name: str) -> bool:
+        """Pause a schedule: no occurrence is added until it is resumed. True when it ran."""
+        return run(db, schedule_ops.pause_steps(self.keys, name))
+
+    def resume_schedule(self, db: SyncClient, name: str) -> bool:
+        """Resume a paused schedule from its next due time after now; True when it was paused.
+
+        The due times that passed while it was paused are skipped.
+        """
+        return run(db, schedule_ops.resume_steps(self.keys, name))
+
+    def remove_schedule(self, db: SyncClient, name: str) -> bool:
+        """Remove a schedule (the occurrences it added stay). True when it existed."""
+        return run(db, schedule_ops.remove_steps(self.keys, name))
+
+    def run_schedules(self, db: SyncClient, limit: int = schedule_ops.DUE_LIMIT) -> list[str]:
+        """Add the occurrences of the schedules that are due, by the server's clock.
+
+        The worker runners call it in their housekeeping (``rwq scheduler`` runs it alone); any
+        number of callers may race: each occurrence is added once.
+
+        Args:
+            db: The Redis client.
+            limit: The most due schedules taken in this call (the rest are taken by the next).
+
+        Returns:
+            The ids of the occurrences added, oldest first for each schedule.
+        """
+        return run(db, schedule_ops.run_steps(self.keys, limit))
 
 
 def lease_from(

@@ -35,6 +35,7 @@ from ..results import (
 )
 from ..validation import (
     MAX_SECS,
+    check_ids,
     check_item,
     check_item_id,
     check_max_deliveries,
@@ -748,16 +749,21 @@ class QueueOps:
         build = _DEAD_ACTIONS[name]
         done = 0
         if ids is None:
+            # Dead letters that stay (a requeue's whose id is live again) are passed over by
+            # the next chunk, so every one is looked at once, in bounded chunks.
+            passed = 0
             while True:
-                moved, missed = (int(v) for v in (yield build(self.keys, "oldest", DEAD_CHUNK)))
+                reply = yield build(self.keys, "oldest", DEAD_CHUNK, passed)
+                moved, missed = int(reply[0]), int(reply[1])
+                passed += int(reply[2]) if len(reply) > 2 else 0
                 done += moved
                 if progress is not None:
                     progress(done)
-                if moved + missed < DEAD_CHUNK or moved == 0:
+                if moved + missed < DEAD_CHUNK:
                     return done
-        for chunk in _chunks([str(i) for i in ids], DEAD_CHUNK):
-            moved, _ = yield build(self.keys, "ids", *chunk)
-            done += int(moved)
+        for chunk in _chunks(check_ids(ids, name), DEAD_CHUNK):
+            reply = yield build(self.keys, "ids", *chunk)
+            done += int(reply[0])
             if progress is not None:
                 progress(done)
         return done

@@ -34,6 +34,7 @@ from ..durations import DurationRecorder
 from ..item import Item
 from ..ops import health as health_ops
 from ..ops import lease as lease_ops
+from ..ops import schedules as schedule_ops
 from ..queue_base import QueueBase
 from ..results import Released
 from .actions import Flag, Handle, Loop, Pause, Replace
@@ -681,26 +682,41 @@ class Core:
     # Housekeeping -------------------------------------------------------------------------------
 
     def housekeeping(self) -> Loop[None]:
-        """Heartbeats, the fleet's light clean and the health file, until the worker ends."""
+        """Heartbeats, the fleet's light clean and the health file, until the worker ends.
+
+        The fleet's turn to run the schedules comes on its own interval.
+        """
         beat = self.options.heartbeat_secs
         clean = self.options.clean_secs
+        turn = self.options.schedule_secs
         ticks = [t for t in (beat, None if clean is None else clean / 2) if t is not None]
-        if not ticks:
+        if not ticks and turn is None:
             return
-        tick = min(ticks)
+        tick = min(ticks) if ticks else None
+        step = min(t for t in (tick, turn) if t is not None)
         ttl_ms = 0 if beat is None else max(round(beat * LAPSE_BEATS * 1000), 1)
+        due = 0.0  # when the next beat and clean are due (monotonic seconds)
         while not self.finished.is_set():
-            healthy = True
-            if beat is not None:
-                healthy = yield from self._beat(ttl_ms)
-            if clean is not None and not self.stop_flag.is_set():
-                healthy = (yield from self._clean(round(clean * 1000))) and healthy
-            if self.options.health_file and healthy and not self.outage.active and not self.stuck():
-                try:
-                    health.touch(self.options.health_file)
-                except OSError as err:
-                    logger.warning("cannot touch the health file: %s", err)
-            yield Pause(tick, self.finished)
+            if tick is not None and time.monotonic() >= due:
+                due = time.monotonic() + tick - step / 2
+                healthy = True
+                if beat is not None:
+                    healthy = yield from self._beat(ttl_ms)
+                if clean is not None and not self.stop_flag.is_set():
+                    healthy = (yield from self._clean(round(clean * 1000))) and healthy
+                if (
+                    self.options.health_file
+                    and healthy
+                    and not self.outage.active
+                    and not self.stuck()
+                ):
+                    try:
+                        health.touch(self.options.health_file)
+                    except OSError as err:
+                        logger.warning("cannot touch the health file: %s", err)
+            if turn is not None and not self.stop_flag.is_set():
+                yield from self._schedules(round(turn * 1000))
+            yield Pause(step, self.finished)
         if beat is not None:
             yield from self._unregister()
 
@@ -742,6 +758,21 @@ class Core:
         """Light-clean ``queue`` if this worker's turn comes (at most one per interval)."""
         if (yield from health_ops.clean_gate_steps(queue.keys, self.worker_id, interval_ms)):
             yield from queue.ops.light_clean()  # which logs what it did
+
+    def _schedules(self, turn_ms: int) -> Loop[bool]:
+        """Add the due occurrences of each queue's schedules when this worker takes the turn.
+
+        At most one worker of the fleet takes it per ``turn_ms``, and only on a queue with
+        schedules.
+        """
+        for queue in self.queues:
+            run = functools.partial(
+                schedule_ops.run_steps, queue.keys, owner=self.worker_id, turn_ms=turn_ms
+            )
+            tried = yield from retrying(run, self.outage, self.finished, once)
+            if isinstance(tried, GaveUp):
+                return False
+        return True
 
     def _unregister(self) -> Loop[None]:
         """Remove the registration and flush the last durations, one try per queue."""

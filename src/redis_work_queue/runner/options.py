@@ -14,7 +14,7 @@ from ..validation import MAX_SECS
 
 #: The most handlers one worker runs at once; run more workers for more.
 MAX_CONCURRENCY = 10_000
-#: The shortest lease and the shortest clean and heartbeat intervals, in seconds.
+#: The shortest lease and the shortest poll, clean and heartbeat intervals, in seconds.
 MIN_LEASE_SECS = 0.01
 MIN_INTERVAL_SECS = 0.01
 #: The longest poll of an idle worker, in seconds.
@@ -44,6 +44,7 @@ class Options:
     clean_secs: float | None = None
     heartbeat_secs: float | None = None
     health_file: str | None = None
+    schedule_secs: float | None = None
 
 
 def _seconds(name: str, value: object, example: str, *, zero: bool = False) -> float:
@@ -119,6 +120,7 @@ def check_options(
     health_file: str | os.PathLike[str] | None = None,
     *,
     asynchronous: bool = False,
+    schedule_secs: float | None = None,
 ) -> Options:
     """Validate the options every worker runner takes, before anything starts.
 
@@ -146,6 +148,7 @@ def check_options(
     lease = _seconds("lease_secs", lease_secs, "30")
     _at_least("lease_secs", lease, lease_secs, MIN_LEASE_SECS, "30")
     poll = _seconds("poll_secs", poll_secs, "1")
+    _at_least("poll_secs", poll, poll_secs, MIN_INTERVAL_SECS, "1")
     if poll > MAX_POLL_SECS:
         raise InvalidArgumentError(
             f"poll_secs must be at most {MAX_POLL_SECS}, got {poll_secs!r}: pass e.g. poll_secs=1"
@@ -169,7 +172,10 @@ def check_options(
     if beat is not None:
         _at_least("heartbeat_secs", beat, heartbeat_secs, MIN_INTERVAL_SECS, "5")
     path = None if health_file is None else _health_file(health_file, beat)
-    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path)
+    turn = None if schedule_secs is None else _seconds("schedule_secs", schedule_secs, "1")
+    if turn is not None:
+        _at_least("schedule_secs", turn, schedule_secs, MIN_INTERVAL_SECS, "1")
+    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path, turn)
 
 
 def _health_file(health_file: object, beat: float | None) -> str:

@@ -338,6 +338,7 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         poll_secs=config.poll_secs,
         clean_secs=None,
         heartbeat_secs=None,
+        schedule_secs=None,
     )
     worker._listener = _Reporter(events, slot, list(queues))
     signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())

@@ -1,0 +1,50 @@
+-- state: where each of some items is (queued, delayed, leased, expired, dead or gone), by id.
+--#include queue.lua
+--#include hold.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1...) ids: the items' ids
+-- Returns, per id, {state, deliveries, lease value, lease ms left, ms due, reason}: state is
+-- 'queued', 'delayed', 'leased', 'expired', 'dead' or 'gone'; the lease value is false and the
+-- time left -1 without a live lease; ms due is -1 unless the item is delayed; reason is the last
+-- failure's (a dead letter's own), or false.
+-- Keeps: read only. Each id costs a fixed number of O(1) reads (EXISTS, GET, PTTL, ZSCORE, HGET,
+-- HMGET), whatever the queue's length, except one: an item that exists, has been delivered and
+-- has no lease is looked for on the processing list (LPOS), whose length is the number of items
+-- leased or awaiting a clean, to tell an expired lease from an item queued again. An item never
+-- delivered by this library has no delivery count and reads as queued without that look.
+local out = {}
+for i = NQ + 1, #ARGV do
+  local id = ARGV[i]
+  local state, deliveries, held, left, due, reason = 'gone', 0, false, -1, -1, false
+  if redis.call('EXISTS', Q.item .. id) == 1 then
+    local lease = Q.lease .. id
+    held = redis.call('GET', lease) or false
+    deliveries = delivered(Q, id)
+    reason = redis.call('HGET', Q.reasons, id) or false
+    local at = redis.call('ZSCORE', Q.delayed, id)
+    if at and (not held or held == DELAY_TOKEN) then
+      state, due, held = 'delayed', tonumber(at), false
+    elseif held == DELAY_TOKEN then
+      -- A delay lease that outlived its entry: the item is queued (or about to be).
+      state, held = 'queued', false
+    elseif held and not is_hold(held) then
+      state, left = 'leased', redis.call('PTTL', lease)
+    elseif held then
+      -- Held by a deep clean, which queues it: it is waiting to be leased.
+      state, held = 'queued', false
+    elseif deliveries > 0 and redis.call('LPOS', Q.processing, id) then
+      state = 'expired'
+    else
+      state = 'queued'
+    end
+  elseif redis.call('ZSCORE', Q.dead, id) then
+    local h = redis.call('HMGET', Q.dead_item .. id, 'deliveries', 'reason')
+    state, deliveries = 'dead', tonumber(h[1] or '0')
+    reason = h[2] or false
+    if reason == '' then
+      reason = false
+    end
+  end
+  out[#out + 1] = {state, deliveries, held, left, due, reason}
+end
+return out

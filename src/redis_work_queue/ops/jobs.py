@@ -1,0 +1,117 @@
+"""Job control by id: where an item is, and what can be done to it by its id.
+
+Each operation is one script call, with the uniform KEYS and ARGV of
+``lua/include/queue.lua``, made by its script's builder below; they are run by the queues'
+``state`` and ``states`` (:class:`~redis_work_queue.WorkQueue` and its asyncio twin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from .. import scripts
+from ..calls import ScriptCall, Steps
+from ..errors import InvalidArgumentTypeError
+from ..keyprefix import QueueKeys
+from ..validation import check_item_id, decode
+from .queue import QueueOps, _chunks, _parse_token
+from .registry import builds, operation
+
+#: Where the docs describe these operations.
+DOCS = "jobs.md#job-control-by-id"
+#: Ids one ``states`` call reads per script call.
+STATE_CHUNK = 500
+
+#: The states an item can be in (see :class:`ItemState`).
+State = Literal["queued", "delayed", "leased", "expired", "dead", "completed", "gone"]
+STATES: tuple[str, ...] = ("queued", "delayed", "leased", "expired", "dead", "completed", "gone")
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """Where one item is, as read by one script call (:meth:`WorkQueue.state`).
+
+    Attributes:
+        id: The item's id.
+        state: ``"queued"`` (waiting to be leased), ``"delayed"`` (held back until
+            ``due_at``), ``"leased"`` (a worker holds a live lease), ``"expired"`` (leased, the
+            lease ran out, no clean has requeued it yet), ``"dead"`` (in the dead-letter
+            store), ``"completed"`` (done, while its result is kept) or ``"gone"`` (no such
+            item: never added, or done without a kept result).
+        deliveries: How many times it has been handed out (a dead letter's count when dead).
+        lease_left: Seconds left on its lease when leased, else None.
+        leased_at: When its current lease was taken (seconds since the epoch), when leased and
+            known.
+        due_at: When a delayed item falls due (seconds since the epoch), else None.
+        reason: The reason of its last failure (a dead letter's reason), or None.
+    """
+
+    id: str
+    state: State
+    deliveries: int = 0
+    lease_left: float | None = None
+    leased_at: float | None = None
+    due_at: float | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES:
+            raise ValueError(f"unknown item state {self.state!r}")
+
+
+@builds("state")
+def state_call(keys: QueueKeys, *ids: str) -> ScriptCall:
+    """``lua/state.lua``: the state of each of ``ids``."""
+    args = (keys.prefix, *ids)
+    return ScriptCall(scripts.load("state"), keys.script_keys, args, None, keys.slot_keys)
+
+
+def _check_ids(ids: Iterable[str]) -> list[str]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidArgumentTypeError(
+            f"ids must be a list of str ids, not {type(ids).__name__} (for one id, call state)"
+        )
+    checked = []
+    for index, item_id in enumerate(ids):
+        if not isinstance(item_id, str):
+            raise InvalidArgumentTypeError(
+                f"ids[{index}] must be a str, not {type(item_id).__name__}"
+            )
+        checked.append(item_id)
+    return checked
+
+
+def parse_state(item_id: str, row: Sequence[Any]) -> ItemState:
+    """An :class:`ItemState` from one row of ``lua/state.lua``'s reply."""
+    raw_state, deliveries, held, left, due, reason = row[:6]
+    _, leased_at = _parse_token(held or None)
+    return ItemState(
+        id=item_id,
+        state=cast(State, decode(raw_state)),
+        deliveries=int(deliveries),
+        lease_left=int(left) / 1000 if int(left) >= 0 else None,
+        leased_at=leased_at,
+        due_at=int(due) / 1000 if int(due) >= 0 else None,
+        reason=decode(reason) if reason else None,
+    )
+
+
+@operation(methods=("states",), scripts=("state",), docs=DOCS)
+def states(ops: QueueOps, ids: Iterable[str]) -> Steps[list[ItemState]]:
+    """The state of each of ``ids``, in order (one script call per 500 ids)."""
+    checked = _check_ids(ids)
+    out: list[ItemState] = []
+    for chunk in _chunks(checked, STATE_CHUNK):
+        rows = yield state_call(ops.keys, *chunk)
+        out += (parse_state(i, row) for i, row in zip(chunk, rows, strict=True))
+    return out
+
+
+@operation(methods=("state",), scripts=("state",), cli="item", docs=DOCS)
+def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
+    """The state of one item (one script call)."""
+    item_id = check_item_id(item_id)
+    (row,) = yield state_call(ops.keys, item_id)
+    return parse_state(item_id, row)
