@@ -115,10 +115,10 @@ def test_a_job_page_in_every_state(console: TestClient, real_db: redis.Redis) ->
     assert delayed["data"]["truncated"] is True and delayed["json"] is None
 
     waiting = get(console, "/api/job", name="q", id="held")
-    assert waiting["state"] == "waiting" and waiting["data"]["text"] == "hold"
+    assert waiting["state"] == "queued" and waiting["data"]["text"] == "hold"
 
     dead = get(console, "/api/job", name="q", id="dies")
-    assert dead["state"] is None and dead["found"] is True
+    assert dead["state"] == "dead" and dead["found"] is True and dead["has_data"] is False
     assert dead["dead"]["reason"] == "Boom: no" and dead["dead"]["deliveries"] == 1
     assert dead["dead"]["traceback"].startswith("Traceback")
     assert dead["dead"]["data"] == {
@@ -129,7 +129,7 @@ def test_a_job_page_in_every_state(console: TestClient, real_db: redis.Redis) ->
     }
 
     missing = get(console, "/api/job", name="q", id="nothing-here")
-    assert missing["found"] is False and missing["state"] is None and missing["dead"] is None
+    assert missing["found"] is False and missing["state"] == "gone" and missing["dead"] is None
     assert console.get("/api/job", params={"name": "elsewhere", "id": "x"}).status_code == 404
 
 

@@ -118,7 +118,7 @@ def test_every_console_view_of_a_big_queue(
     # A job: search by id, then its page (pretty JSON, state, deliveries).
     by_css(driver, "#search-id").send_keys("json-job\n")
     wait_for(lambda: "job=json-job" in driver.current_url, WAIT, "the job's URL")
-    ready = "document.body.dataset.jobState === 'waiting'"
+    ready = "document.body.dataset.jobState === 'queued'"
     times["job"] = best_load(driver, url + "?queue=big&job=json-job", ready)
     assert text_of(driver, "#job-data") == '{\n  "user": 7,\n  "tags": [\n    "a",\n    "b"\n  ]\n}'
     screenshot(driver, "console-job")

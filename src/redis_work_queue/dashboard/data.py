@@ -503,10 +503,10 @@ def _text(raw: Any) -> str | None:
 async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
     """One job's page: where it is, its deliveries, reason and a bounded preview of its data.
 
-    One round trip of bounded reads (``STRLEN``/``GETRANGE`` of the data, the lease, the
-    delivery count, the reason cut at :data:`JOB_REASON_BYTES` by ``HSTRLEN`` first, its place in
-    the delayed and dead sets), and a second for a dead letter's data when it is small enough to
-    show whole.
+    Its state comes from ``state`` (job control: one script call). Its data and reasons take one
+    round trip of bounded reads (``STRLEN``/``GETRANGE`` of the data, the reasons' lengths by
+    ``HSTRLEN``, its place in the dead set), and a second for a reason of at most
+    :data:`JOB_REASON_BYTES` and a dead letter's data when it is small enough to show whole.
 
     Args:
         db: The Redis client.
@@ -514,22 +514,19 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
         item_id: The job's id.
 
     Returns:
-        A JSON-ready dict with ``found``, ``state`` (``waiting``, ``leased``, ``delayed``, or
-        None when there is no live item), ``data`` (a preview), ``json`` (pretty-printed when
-        the whole data is JSON), ``deliveries``, ``reason``, ``traceback``, ``lease_left``,
+        A JSON-ready dict with ``found``, ``state`` (``ItemState.state``: ``queued``,
+        ``delayed``, ``leased``, ``expired``, ``dead``, ``completed`` or ``gone``),
+        ``has_data``, ``data`` (a preview), ``json`` (pretty-printed when the whole data is
+        JSON), ``deliveries``, ``reason``, ``traceback``, ``lease_left``, ``leased_at``,
         ``due_at`` and ``dead`` (the dead letter of that id, if any).
     """
     keys = QueueKeys(KeyPrefix(name))
-    item, lease, dead_key = keys.item(item_id), keys.lease(item_id), keys.dead_item(item_id)
+    item, dead_key = keys.item(item_id), keys.dead_item(item_id)
     async with db.pipeline(transaction=False) as pipe:
         pipe.exists(item)
         pipe.strlen(item)
         pipe.getrange(item, 0, JOB_PREVIEW_BYTES - 1)
-        pipe.get(lease)
-        pipe.pttl(lease)
-        pipe.hget(keys.deliveries, item_id)
         pipe.hstrlen(keys.reasons, item_id)
-        pipe.zscore(keys.delayed, item_id)
         pipe.zscore(keys.dead, item_id)
         pipe.hstrlen(dead_key, "data")
         pipe.hmget(dead_key, "deliveries")
@@ -538,11 +535,7 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
             exists,
             size,
             head,
-            lease_value,
-            pttl,
-            deliveries,
             reason_len,
-            due,
             died,
             dead_size,
             (dead_deliveries,),
@@ -566,31 +559,25 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
         dead_reason = second.pop(0) if read_dead_reason else None
         dead_data = second.pop(0) if read_dead_data else None
 
-    state: str | None = None
-    lease_left = None
-    if exists:
-        held = _text(lease_value)
-        if due is not None:
-            state = "delayed"
-        elif held is not None and held != "delayed" and int(pttl) > 0:
-            state, lease_left = "leased", int(pttl) / 1000
-        else:
-            state = "waiting"  # or leased with an expired lease, awaiting a light clean
+    # Where the job is, as the library's job control reads it (one script call).
+    found = await AsyncWorkQueue(KeyPrefix(name)).state(db, item_id)
     whole = exists and int(size) <= JOB_PREVIEW_BYTES
     first, traceback = split_reason(_text(reason) or "")
     out: dict[str, Any] = {
         "name": name,
         "id": item_id,
-        "found": bool(exists) or died is not None,
-        "state": state,
+        "found": found.state != "gone",
+        "state": found.state,
+        "has_data": bool(exists),
         "data": preview_of(head if exists else None, int(size), JOB_PREVIEW_BYTES),
         "json": pretty_json(head if exists else None, bool(whole)),
-        "deliveries": int(deliveries) if deliveries is not None else 0,
+        "deliveries": found.deliveries,
         "reason": first or None,
         "traceback": traceback,
         "reason_cut": int(reason_len) > JOB_REASON_BYTES,
-        "lease_left": lease_left,
-        "due_at": None if due is None else float(due) / 1000,
+        "lease_left": found.lease_left,
+        "leased_at": found.leased_at,
+        "due_at": found.due_at,
         "dead": None,
     }
     if died is not None:

@@ -399,11 +399,22 @@
     $("job-queue").textContent = j.name;
     $("job-back").href = link({ queue: j.name });
     $("job-missing").hidden = j.found;
-    const state = j.state || (j.dead ? "dead" : "not found");
-    const pairs = [["state", state], ["deliveries", String(j.deliveries)]];
-    if (j.state === "leased") pairs.push(["lease left", age(j.lease_left)]);
-    if (j.state === "delayed") pairs.push(["due", when(j.due_at)]);
-    if (j.state) pairs.push(["size", `${j.data.size.toLocaleString("en-US")} bytes`]);
+    // The states of job control (WorkQueue.state), in the words of the tabs.
+    const words = {
+      queued: "waiting",
+      delayed: "delayed",
+      leased: "leased",
+      expired: "leased, lease expired (awaiting a light clean)",
+      dead: "dead",
+      completed: "completed",
+      gone: "not found",
+    };
+    const state = j.state;
+    const pairs = [["state", words[state] || state], ["deliveries", String(j.deliveries)]];
+    if (state === "leased") pairs.push(["lease left", age(j.lease_left)]);
+    if (j.leased_at) pairs.push(["leased", when(j.leased_at)]);
+    if (state === "delayed") pairs.push(["due", when(j.due_at)]);
+    if (j.has_data) pairs.push(["size", `${j.data.size.toLocaleString("en-US")} bytes`]);
     facts($("job-facts"), pairs);
     document.body.dataset.jobState = state;
     $("job-reason-box").hidden = !j.reason;
@@ -412,7 +423,7 @@
     $("job-traceback").textContent = j.traceback || "";
     showData($("job-data"), j.data, j.json);
     $("job-download").replaceChildren();
-    if (j.state && (j.data.truncated || j.data.kind === "hex")) {
+    if (j.has_data && (j.data.truncated || j.data.kind === "hex")) {
       $("job-download").append(downloadLink(j.name, j.id, false, j.data.size));
     }
     $("job-dead").hidden = !j.dead;
