@@ -15,6 +15,8 @@ import redis
 
 from dashboard_support import Dashboard, screenshot, wait_for
 from redis_work_queue import Item
+from redis_work_queue.ops.health import heartbeat_steps
+from redis_work_queue.transport import run
 from test_console import DEAD, DELAYED, LEASED, WAITING, fill_big_queue
 from test_dashboard_browser import (  # noqa: F401 (fixtures)
     by_css,
@@ -141,8 +143,15 @@ def test_every_console_view_of_a_big_queue(
     assert text_of(driver, "#chart-legend .key.queued .value")
     screenshot(driver, "console-queues")
 
-    ready = "document.querySelector('#workers tbody tr') !== null"
+    fields = {"host": "box", "pid": "41", "queues": '["big"]', "started": "1"}
+    timed = {"completed:0.1": 9, "completed:2.5": 1, "completed:sum_us": 4_000_000}
+    run(real_db, heartbeat_steps(queue.keys, "box:41:aa", 60_000, fields, timed))
+    ready = "document.querySelector('#durations tbody tr[data-queue=big]') !== null"
     times["workers"] = best_load(driver, url + "?view=workers", ready)
+    assert "box:41:aa" in (text_of(driver, "#workers tbody") or "")
+    assert text_of(driver, "#durations tbody tr[data-queue=big]") == (
+        "big\tcompleted\t10\t400.0 ms\t0.1 s\t2.5 s"
+    )
     screenshot(driver, "console-workers")
 
     print(f"\nfirst draw, ms since navigation (best of 5): {times}")

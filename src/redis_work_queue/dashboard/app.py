@@ -301,6 +301,7 @@ async def workers(request: Request) -> Response:
             "ok": True,
             "time": data.now(),
             "workers": await data.workers_everywhere(state.db, names),
+            "durations": await data.queue_durations(state.db, names),
         }
 
     return await _guarded(state, work)

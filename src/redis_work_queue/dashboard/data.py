@@ -636,3 +636,63 @@ async def workers_everywhere(db: AsyncRedis, names: Iterable[str]) -> list[dict[
             else:
                 known["seen_in"].append(name)
     return [seen[k] for k in sorted(seen)]
+
+
+def quantile_bound(counts: list[int], q: float) -> str | None:
+    """The upper bound of the histogram bucket that holds quantile ``q`` (None: no jobs).
+
+    Args:
+        counts: Per-bucket counts, in :data:`~redis_work_queue.durations.BOUNDS` order.
+        q: The quantile, 0 to 1.
+
+    Returns:
+        The bucket's bound as the histogram names it (``"0.25"``, ``"+Inf"``), or None.
+    """
+    from ..durations import BOUNDS  # noqa: PLC0415 (the histogram's buckets)
+
+    total = sum(counts)
+    if total <= 0:
+        return None
+    seen = 0
+    for bound, count in zip(BOUNDS, counts, strict=True):
+        seen += count
+        if seen >= q * total:
+            return bound
+    return BOUNDS[-1]
+
+
+async def queue_durations(db: AsyncRedis, names: Iterable[str]) -> list[dict[str, Any]]:
+    """The job durations of each queue shown, from the histogram its workers keep.
+
+    One metrics read per queue (``read_steps``: the counts and the ``<P>:durations`` hash of
+    2 x 14 buckets), so a bounded read whatever the number of jobs.
+
+    Args:
+        db: The Redis client.
+        names: The queues shown.
+
+    Returns:
+        One row per queue and outcome that has jobs: ``queue``, ``outcome`` (``completed``,
+        ``failed``), ``jobs``, ``mean`` (seconds) and ``p50``/``p95`` (the upper bound of the
+        bucket that holds them, in seconds, as text: ``"0.25"``, ``"+Inf"``).
+    """
+    from ..ops.metrics import read_steps  # noqa: PLC0415 (the workers page only)
+    from ..transport import arun  # noqa: PLC0415
+
+    rows = []
+    for name in names:
+        found = await arun(db, read_steps(AsyncWorkQueue(KeyPrefix(name)).ops))
+        for outcome, (counts, total_secs) in sorted(found.durations.items()):
+            jobs = sum(counts)
+            if jobs:
+                rows.append(
+                    {
+                        "queue": name,
+                        "outcome": outcome,
+                        "jobs": jobs,
+                        "mean": total_secs / jobs,
+                        "p50": quantile_bound(counts, 0.5),
+                        "p95": quantile_bound(counts, 0.95),
+                    }
+                )
+    return rows

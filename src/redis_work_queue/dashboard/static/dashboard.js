@@ -465,6 +465,19 @@
       tbody.append(row);
     }
     if (body.workers.length === 0) tbody.append(emptyRow(10, "no live workers"));
+    const durations = document.querySelector("#durations tbody");
+    durations.replaceChildren();
+    for (const d of body.durations) {
+      const row = el("tr");
+      row.dataset.queue = d.queue;
+      row.dataset.outcome = d.outcome;
+      const bound = (b) => (b === "+Inf" ? "more" : `${b} s`);
+      row.append(el("td", d.queue), el("td", d.outcome), num(d.jobs));
+      const mean = d.mean < 1 ? `${(d.mean * 1000).toFixed(1)} ms` : age(d.mean);
+      row.append(el("td", mean), el("td", bound(d.p50)), el("td", bound(d.p95)));
+      durations.append(row);
+    }
+    if (body.durations.length === 0) durations.append(emptyRow(6, "no jobs timed yet"));
   }
 
   // Actions ----------------------------------------------------------------------------------
