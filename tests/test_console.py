@@ -120,6 +120,7 @@ def test_a_job_page_in_every_state(console: TestClient, real_db: redis.Redis) ->
     dead = get(console, "/api/job", name="q", id="dies")
     assert dead["state"] == "dead" and dead["found"] is True and dead["has_data"] is False
     assert dead["dead"]["reason"] == "Boom: no" and dead["dead"]["deliveries"] == 1
+    assert abs(dead["dead"]["died_at"] - time.time()) < 60
     assert dead["dead"]["traceback"].startswith("Traceback")
     assert dead["dead"]["data"] == {
         "kind": "hidden",

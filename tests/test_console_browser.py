@@ -128,6 +128,14 @@ def test_every_console_view_of_a_big_queue(
     load(driver, url + f"?queue=big&job={dead_id}", ready)
     assert by_css(driver, "#job-requeue").is_displayed()
     assert (text_of(driver, "#job-dead-reason") or "").startswith("EEEE")
+    assert not by_css(driver, "#job-data-box").is_displayed()  # its data is the dead letter's
+    died = driver.execute_script(
+        "return document.querySelector('#job-dead-facts dd[data-fact=died]').textContent"
+    )
+    assert died == driver.execute_script(
+        "return new Date(arguments[0] * 1000).toLocaleString()",
+        queue.dead_letters(real_db, 40, 1)[0].died_at,
+    )
     screenshot(driver, "console-job-dead")
 
     ready = "document.querySelectorAll('#queues tbody tr').length === 1"

@@ -583,7 +583,7 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
     if died is not None:
         dead_first, dead_tb = split_reason(_text(dead_reason) or "")
         out["dead"] = {
-            "died_at": float(died),
+            "died_at": float(died) / 1000,  # the dead set's score: ms since the epoch
             "deliveries": int(dead_deliveries or 0),
             "reason": dead_first,
             "traceback": dead_tb,

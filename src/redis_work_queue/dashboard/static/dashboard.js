@@ -421,6 +421,8 @@
     $("job-reason").textContent = (j.reason || "") + (j.reason_cut ? " (cut)" : "");
     $("job-traceback-box").hidden = !j.traceback;
     $("job-traceback").textContent = j.traceback || "";
+    // A dead job's data is its dead letter's (below); a live one's, or "(data gone)", here.
+    $("job-data-box").hidden = !j.has_data && Boolean(j.dead);
     showData($("job-data"), j.data, j.json);
     $("job-download").replaceChildren();
     if (j.has_data && (j.data.truncated || j.data.kind === "hex")) {
