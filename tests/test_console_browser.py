@@ -123,6 +123,7 @@ def test_every_console_view_of_a_big_queue(
     ready = "document.body.dataset.jobState === 'queued'"
     times["job"] = best_load(driver, url + "?queue=big&job=json-job", ready)
     assert text_of(driver, "#job-data") == '{\n  "user": 7,\n  "tags": [\n    "a",\n    "b"\n  ]\n}'
+    assert not by_css(driver, "#job-actions").is_displayed()  # no dead letter: no actions
     screenshot(driver, "console-job")
     ready = "document.body.dataset.jobState === 'dead'"
     load(driver, url + f"?queue=big&job={dead_id}", ready)
