@@ -140,7 +140,7 @@ def test_the_workers_page_lists_each_worker_once_and_the_job_durations(
     for name in ("a", "b"):
         WorkQueue(KeyPrefix(name)).add_item(real_db, Item(b"x"))
         keys = WorkQueue(KeyPrefix(name)).keys
-        fields = {"host": "box", "pid": "41", "queues": json.dumps(["a", "b"]), "started": "1"}
+        fields = {"host": "box", "pid": "41", "queues": "a\nb", "started": "1"}
         # Queue a timed 10 jobs: 9 within 0.1 s, 1 within 2.5 s, 4 s in all; b none.
         timed = {"completed:0.1": 9, "completed:2.5": 1, "completed:sum_us": 4_000_000}
         run(
@@ -151,6 +151,7 @@ def test_the_workers_page_lists_each_worker_once_and_the_job_durations(
         body = get(client, "/api/workers")
     (worker,) = body["workers"]
     assert worker["id"] == "box:41:aa" and worker["seen_in"] == ["a", "b"]
+    assert worker["queues"] == ["a", "b"]
     assert worker["beat_age"] is not None and worker["beat_age"] < 30
     assert body["durations"] == [
         {"queue": "a", "outcome": "completed", "jobs": 10, "mean": 0.4, "p50": "0.1", "p95": "2.5"}

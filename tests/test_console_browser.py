@@ -152,7 +152,7 @@ def test_every_console_view_of_a_big_queue(
     assert text_of(driver, "#chart-legend .key.queued .value")
     screenshot(driver, "console-queues")
 
-    fields = {"host": "box", "pid": "41", "queues": '["big"]', "started": "1"}
+    fields = {"host": "box", "pid": "41", "queues": "big", "started": "1"}
     timed = {"completed:0.1": 9, "completed:2.5": 1, "completed:sum_us": 4_000_000}
     run(real_db, heartbeat_steps(queue.keys, "box:41:aa", 60_000, fields, timed))
     ready = "document.querySelector('#durations tbody tr[data-queue=big]') !== null"
