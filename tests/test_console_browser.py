@@ -166,3 +166,47 @@ def test_every_console_view_of_a_big_queue(
     print(f"\nfirst draw, ms since navigation (best of 5): {times}")
     slow = {view: ms for view, ms in times.items() if ms >= VIEW_MS}
     assert not slow, f"views over {VIEW_MS} ms: {slow}"
+
+
+def test_the_rate_chart_shows_items_added_completed_and_failed_per_second(
+    driver: Any,  # noqa: F811
+    real_db: redis.Redis,
+    redis_url: str,
+    dashboards: Callable[..., Dashboard],  # noqa: F811
+) -> None:
+    import time  # noqa: PLC0415
+
+    from redis_work_queue import KeyPrefix, WorkQueue  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix("busy"), max_deliveries=1)
+    dash = dashboards(redis_url, "busy")
+    driver.get(dash.url + "?queue=busy")
+
+    def legend(series: str) -> str:
+        found: str = driver.execute_script(
+            "const e = document.querySelector(`#rates-legend .key.${arguments[0]} .value`);"
+            "return e ? e.textContent : '';",
+            series,
+        )
+        return found
+
+    def busy_values() -> bool:
+        # Work while the page samples: 40 added, 20 completed and 5 failed a round.
+        queue.add_items(real_db, [Item(b"x") for _ in range(40)])
+        for item in queue.lease_many(real_db, 30, 25, block=False):
+            if int(item.id()[-1], 16) % 5 == 0:
+                queue.release(real_db, item, reason="failed on purpose")
+            else:
+                queue.complete(real_db, item)
+        time.sleep(0.3)
+        values = [legend(s) for s in ("added", "completed", "failed")]
+        return all(v.endswith("/s") and float(v[:-2].rstrip("k")) > 0 for v in values)
+
+    wait_for(busy_values, 60, "non-zero rates of added, completed and failed in the legend")
+    axes = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rates-chart text.axis'))"
+        ".map((e) => e.textContent)"
+    )
+    assert "0" in axes and len(axes) >= 5  # y: 0, half, top; x: the first and last sample times
+    assert len(driver.find_elements("css selector", "#rates-chart polyline")) == 3
+    screenshot(driver, "console-rates")
