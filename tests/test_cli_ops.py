@@ -698,6 +698,9 @@ RUNNABLE: dict[str, list[str]] = {
     "dashboard": [P],
     "demo": ["--items", "1"],
     "item": [P, "an-id"],
+    "cancel": [P, "an-id"],
+    "promote": [P, "an-id"],
+    "retry": [P, "an-id"],
 }
 
 

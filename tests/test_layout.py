@@ -121,7 +121,7 @@ def test_a_key_s_suffix_is_written_in_from_its_row() -> None:
     parsed = loader.parse("-- s\nlocal LEASE = '' --#layout lease\nreturn LEASE\n", "lua/s.lua")
     assert parsed.lines[1] == (2, "local LEASE = ':lease:'")
     renew = loader.assemble("renew")
-    assert renew.includes == ()
+    assert renew.includes == ("cancelled.lua",)  # one name: the mark of a cancelled lease
     assert "local LEASE = ':lease:'" in renew.text.split("\n")
     with pytest.raises(LuaSourceError, match=r"lua/s\.lua:2: the key layout has no row 'nope'"):
         loader.parse("-- s\nlocal X = '' --#layout nope\nreturn X\n", "lua/s.lua")

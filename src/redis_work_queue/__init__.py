@@ -24,7 +24,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
-from .ops.jobs import ItemState
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .results import (
     CleanProgress,
     CleanReport,
@@ -79,6 +79,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AsyncWorkQueue",
     "AsyncWorker",
+    "Cancelled",
     "CleanProgress",
     "CleanReport",
     "CrossSlotError",
@@ -94,6 +95,7 @@ __all__ = [
     "QueueStats",
     "QueuedItem",
     "Released",
+    "Renewed",
     "ReplicationError",
     "ScriptError",
     "WorkQueue",

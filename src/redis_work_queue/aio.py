@@ -16,7 +16,7 @@ from .clients import AsyncClient, AsyncPipeline
 from .item import Item
 from .ops import jobs
 from .ops import lease as lease_ops
-from .ops.jobs import ItemState
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -263,6 +263,26 @@ class AsyncWorkQueue(QueueBase):
     async def states(self, db: AsyncClient, ids: Iterable[str]) -> list[ItemState]:
         """See :meth:`WorkQueue.states`."""
         return await arun(db, jobs.states(self.ops, ids))
+
+    async def cancel(self, db: AsyncClient, item_id: str) -> Cancelled:
+        """See :meth:`WorkQueue.cancel`."""
+        return await arun(db, jobs.cancel(self.ops, item_id))
+
+    async def promote(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.promote`."""
+        return await arun(db, jobs.promote(self.ops, item_id))
+
+    async def retry(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.retry`."""
+        return await arun(db, jobs.retry(self.ops, item_id))
+
+    async def reschedule(self, db: AsyncClient, item_id: str, delay: float | datetime) -> bool:
+        """See :meth:`WorkQueue.reschedule`."""
+        return await arun(db, jobs.reschedule(self.ops, item_id, delay))
+
+    async def renew_outcome(self, db: AsyncClient, item: Item, lease_secs: float) -> Renewed:
+        """See :meth:`WorkQueue.renew_outcome`."""
+        return await arun(db, jobs.renew_outcome(self.ops, item, lease_secs))
 
 
 async def lease_from(

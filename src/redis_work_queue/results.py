@@ -173,6 +173,7 @@ class QueueCounts:
         dead: Items moved to the dead letters.
         expired: Leases found expired by a clean.
         requeued: Dead letters put back in the queue.
+        cancelled: Items cancelled by id (``cancel``).
     """
 
     added: int = 0
@@ -182,6 +183,7 @@ class QueueCounts:
     dead: int = 0
     expired: int = 0
     requeued: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)

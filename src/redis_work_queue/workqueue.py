@@ -12,7 +12,7 @@ from .clients import SyncClient, SyncPipeline
 from .item import Item
 from .ops import PIPELINE_CHUNK, jobs
 from .ops import lease as lease_ops
-from .ops.jobs import ItemState
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
@@ -631,6 +631,98 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``ids`` is not a list of str (checked before any call).
         """
         return run(db, jobs.states(self.ops, ids))
+
+    def cancel(self, db: SyncClient, item_id: str) -> Cancelled:
+        """Cancel one item by id, in one script call.
+
+        A queued or delayed item is removed at once, with its data and bookkeeping. A leased
+        item's data goes too, and its lease is marked: its holder's next renewal reports the
+        cancellation (:meth:`renew_outcome` returns ``Renewed.CANCELLED``), and the worker runner
+        then stops the handler as it stops one past its timeout. Either way no client, of this
+        library or of the reference design, hands the item out again. Counted as ``cancelled``
+        in :meth:`counts`.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            ``Cancelled.REMOVED`` (it was waiting), ``Cancelled.SIGNALLED`` (it was leased) or
+            ``Cancelled.NOT_FOUND`` (dead, done or never added: nothing changed), which is
+            false.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.cancel(self.ops, item_id))
+
+    def promote(self, db: SyncClient, item_id: str) -> bool:
+        """Make a delayed item due now: it is the next to be leased.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            True when it was delayed; False (nothing changed) otherwise.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.promote(self.ops, item_id))
+
+    def retry(self, db: SyncClient, item_id: str) -> bool:
+        """Put one dead letter back on the queue, its count reset (``requeue_dead`` of one id).
+
+        Args:
+            db: The Redis client.
+            item_id: The dead letter's id.
+
+        Returns:
+            True when it was a dead letter and is queued again; False when it is not a dead
+            letter, or its id is in use by a live item again (it stays dead).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.retry(self.ops, item_id))
+
+    def reschedule(self, db: SyncClient, item_id: str, delay: float | datetime) -> bool:
+        """Give a queued or delayed item a new due time.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            delay: Seconds from now (>= 0), or a timezone-aware ``datetime``.
+
+        Returns:
+            True when it was queued or delayed (it is now delayed until then); False when it is
+            leased, dead or gone (nothing changed).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str, or ``delay`` is negative, not a
+                number or a naive datetime.
+        """
+        return run(db, jobs.reschedule(self.ops, item_id, delay))
+
+    def renew_outcome(self, db: SyncClient, item: Item, lease_secs: float) -> Renewed:
+        """Extend a held lease (as :meth:`renew`) and say what happened.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            lease_secs: The new lease length, from now.
+
+        Returns:
+            ``Renewed.RENEWED`` (true), ``Renewed.NOT_HELD`` (the lease ran out or another
+            worker holds the item) or ``Renewed.CANCELLED``: the item was cancelled while held
+            (see :meth:`cancel`); stop working on it. Both are false.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
+                not positive.
+        """
+        return run(db, jobs.renew_outcome(self.ops, item, lease_secs))
 
 
 def lease_from(

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from enum import IntEnum
 from typing import Any, Literal, cast
 
 from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..errors import InvalidArgumentTypeError
+from ..item import Item
 from ..keyprefix import QueueKeys
-from ..validation import check_item_id, decode
-from .queue import QueueOps, _chunks, _parse_token
+from ..validation import check_item_id, decode, when_due
+from .queue import QueueOps, _chunks, _parse_token, requeue_dead_call
 from .registry import builds, operation
 
 #: Where the docs describe these operations.
@@ -46,6 +49,8 @@ class ItemState:
             known.
         due_at: When a delayed item falls due (seconds since the epoch), else None.
         reason: The reason of its last failure (a dead letter's reason), or None.
+        cancelled: The item was cancelled while leased, and its holder's lease has not run out
+            yet (its state is then ``"gone"``: its data is gone already).
     """
 
     id: str
@@ -55,6 +60,7 @@ class ItemState:
     leased_at: float | None = None
     due_at: float | None = None
     reason: str | None = None
+    cancelled: bool = False
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -95,6 +101,7 @@ def parse_state(item_id: str, row: Sequence[Any]) -> ItemState:
         leased_at=leased_at,
         due_at=int(due) / 1000 if int(due) >= 0 else None,
         reason=decode(reason) if reason else None,
+        cancelled=len(row) > 6 and bool(int(row[6])),
     )
 
 
@@ -115,3 +122,90 @@ def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
     item_id = check_item_id(item_id)
     (row,) = yield state_call(ops.keys, item_id)
     return parse_state(item_id, row)
+
+
+class Cancelled(IntEnum):
+    """What a cancel did (the reply of ``lua/cancel.lua``); false when nothing was cancelled."""
+
+    #: No such item (dead, done, or never added): nothing changed.
+    NOT_FOUND = 0
+    #: It was waiting (queued, delayed, or its lease had run out): it is removed.
+    REMOVED = 1
+    #: It was leased: it is removed, and its holder's next renewal reports the cancellation
+    #: (the worker runner then stops the handler as it stops one past its timeout).
+    SIGNALLED = 2
+
+
+class Renewed(IntEnum):
+    """What a renewal did (the reply of ``lua/renew.lua``); true only when it was renewed."""
+
+    #: The caller does not hold the lease (it ran out, or another worker holds the item).
+    NOT_HELD = 0
+    #: The lease was extended.
+    RENEWED = 1
+    #: The item was cancelled while the caller held it: stop working on it.
+    CANCELLED = 2
+
+    def __bool__(self) -> bool:
+        return self is Renewed.RENEWED
+
+
+@builds("cancel")
+def cancel_call(keys: QueueKeys, item_id: str) -> ScriptCall:
+    """``lua/cancel.lua``: cancel ``item_id``."""
+    args = (keys.prefix, item_id)
+    return ScriptCall(scripts.load("cancel"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("promote")
+def promote_call(keys: QueueKeys, item_id: str) -> ScriptCall:
+    """``lua/promote.lua``: make the delayed ``item_id`` due now."""
+    args = (keys.prefix, item_id)
+    return ScriptCall(scripts.load("promote"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@builds("reschedule")
+def reschedule_call(keys: QueueKeys, item_id: str, delay_ms: int, due_ms: int) -> ScriptCall:
+    """``lua/reschedule.lua``: delay the queued or delayed ``item_id`` until a new time."""
+    args = (keys.prefix, item_id, delay_ms, due_ms)
+    return ScriptCall(scripts.load("reschedule"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@operation(methods=("cancel",), scripts=("cancel",), writes=True, cli="cancel", docs=DOCS)
+def cancel(ops: QueueOps, item_id: str) -> Steps[Cancelled]:
+    """Cancel one item by id (one script call)."""
+    item_id = check_item_id(item_id)
+    return Cancelled(int((yield cancel_call(ops.keys, item_id))))
+
+
+@operation(methods=("promote",), scripts=("promote",), writes=True, cli="promote", docs=DOCS)
+def promote(ops: QueueOps, item_id: str) -> Steps[bool]:
+    """Make a delayed item due now; True when it was delayed."""
+    item_id = check_item_id(item_id)
+    return bool(int((yield promote_call(ops.keys, item_id))))
+
+
+@operation(methods=("retry",), scripts=("requeue_dead",), writes=True, cli="retry", docs=DOCS)
+def retry(ops: QueueOps, item_id: str) -> Steps[bool]:
+    """Put one dead letter back on the queue (as ``requeue_dead`` of one id); True when it was."""
+    item_id = check_item_id(item_id)
+    requeued, _ = yield requeue_dead_call(ops.keys, "ids", item_id)
+    return bool(int(requeued))
+
+
+@operation(methods=("reschedule",), scripts=("reschedule",), writes=True, docs=DOCS)
+def reschedule(ops: QueueOps, item_id: str, delay: float | datetime) -> Steps[bool]:
+    """Give a queued or delayed item a new due time; True when it was queued or delayed."""
+    item_id = check_item_id(item_id)
+    if delay is None:
+        raise InvalidArgumentTypeError(
+            "delay must be seconds from now (>= 0) or an aware datetime, not None"
+        )
+    delay_ms, due_ms = when_due(delay)
+    return bool(int((yield reschedule_call(ops.keys, item_id, delay_ms, due_ms))))
+
+
+@operation(methods=("renew_outcome",), scripts=("renew",), writes=True, docs=DOCS)
+def renew_outcome(ops: QueueOps, item: Item, lease_secs: float) -> Steps[Renewed]:
+    """Extend a held lease and say what happened: renewed, not held, or cancelled."""
+    return Renewed(int((yield ops.checked_renew(item, lease_secs))))

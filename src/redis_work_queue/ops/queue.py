@@ -459,7 +459,8 @@ class QueueOps:
     @operation(methods=("renew",), scripts=("renew",), writes=True, docs=API)
     def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
         """Extend a held lease; True when it was extended."""
-        return bool((yield self.checked_renew(item, lease_secs)))
+        # 1: renewed; 0: not held; 2: cancelled while held (see ``ops.jobs.renew_outcome``).
+        return int((yield self.checked_renew(item, lease_secs))) == 1
 
     def checked_renew(self, item: Item, lease_secs: float) -> ScriptCall:
         """The one call of :meth:`renew` (its arguments are checked here)."""
@@ -475,7 +476,10 @@ class QueueOps:
     )
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
-        return (yield from self._pipelined([self.checked_renew(i, lease_secs) for i in items]))
+        flags = yield from self._pipelined(
+            [self.checked_renew(i, lease_secs) for i in items], renewed=True
+        )
+        return flags
 
     @operation(
         methods=("give_back",),
@@ -490,12 +494,15 @@ class QueueOps:
         return (yield from self._pipelined(calls))
 
     @staticmethod
-    def _pipelined(calls: Sequence[ScriptCall]) -> Steps[list[bool]]:
-        """Independent one-call operations, :data:`PIPELINE_CHUNK` per round trip; their flags."""
+    def _pipelined(calls: Sequence[ScriptCall], renewed: bool = False) -> Steps[list[bool]]:
+        """Independent one-call operations, :data:`PIPELINE_CHUNK` per round trip; their flags.
+
+        With ``renewed`` (renewals), a flag is True for a reply of 1 only (2: cancelled).
+        """
         flags: list[bool] = []
         for chunk in _chunks(calls, PIPELINE_CHUNK):
             replies = yield Pipelined(tuple(chunk))
-            flags += (bool(int(reply)) for reply in replies)
+            flags += (int(reply) == 1 if renewed else bool(int(reply)) for reply in replies)
         return flags
 
     @operation(methods=("release",), scripts=("release",), writes=True, docs=API)

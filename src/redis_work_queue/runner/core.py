@@ -33,7 +33,9 @@ from ..calls import Steps
 from ..durations import DurationRecorder
 from ..item import Item
 from ..ops import health as health_ops
+from ..ops import jobs as jobs_ops
 from ..ops import lease as lease_ops
+from ..ops.jobs import Renewed
 from ..queue_base import QueueBase
 from ..results import Released
 from .actions import Flag, Handle, Loop, Pause, Replace
@@ -66,12 +68,15 @@ class WorkerStats:
         lost: Items whose handler returned but that someone else had completed, or whose lease
             could not be renewed.
         timed_out: Of the failed items, those whose handler ran past its timeout.
+        cancelled: Items cancelled (``WorkQueue.cancel``) while their handler ran: the handler
+            was stopped as for a timeout, and nothing was written.
     """
 
     completed: int = 0
     failed: int = 0
     lost: int = 0
     timed_out: int = 0
+    cancelled: int = 0
 
     def add(self, other: WorkerStats) -> None:
         """Add another worker's counts to these."""
@@ -79,6 +84,7 @@ class WorkerStats:
         self.failed += other.failed
         self.lost += other.lost
         self.timed_out += other.timed_out
+        self.cancelled += other.cancelled
 
 
 # Failure records --------------------------------------------------------------------------------
@@ -160,6 +166,7 @@ def _with_traceback(head: str, err: BaseException, limit: int) -> str:
 # Held jobs --------------------------------------------------------------------------------------
 
 RUNNING, DONE, LOST, TIMED_OUT, ENDED = "running", "done", "lost", "timed out", "ended"
+CANCELLED = "cancelled"
 
 
 @dataclass(eq=False)
@@ -191,6 +198,8 @@ class Held:
         self.abandoned: set[Job] = set()
         #: Jobs whose handler is gone without an outcome, to be failed (see :meth:`end`).
         self.ended: list[tuple[Job, str]] = []
+        #: Cancelled jobs whose handler the watchdog is to stop (see :meth:`cancel_later`).
+        self.to_stop: list[Job] = []
 
     def hold(self, job: Job) -> None:
         """Hold ``job`` in its slot: renewed, and timed out past its deadline."""
@@ -273,6 +282,33 @@ class Held:
                 self._drop(job)
                 self.abandoned.add(job)
             return late
+
+    def cancel(self, job: Job) -> bool:
+        """The job's item was cancelled: stop renewing it; whether its handler still runs.
+
+        A running handler's job is marked, and abandoned until its handler is stopped.
+        """
+        with self._lock:
+            self._drop(job)
+            if job.state != RUNNING:
+                return False
+            job.state = CANCELLED
+            self.abandoned.add(job)
+            return True
+
+    def cancel_later(self, job: Job) -> bool:
+        """As :meth:`cancel`; the watchdog stops the handler (see :meth:`take_to_stop`)."""
+        if not self.cancel(job):
+            return False
+        with self._lock:
+            self.to_stop.append(job)
+        return True
+
+    def take_to_stop(self) -> list[Job]:
+        """The cancelled jobs whose handler is to be stopped, since the last call."""
+        with self._lock:
+            jobs, self.to_stop = self.to_stop, []
+            return jobs
 
     def stuck(self, now: float) -> int:
         """Handlers running past their timeout: abandoned ones, and ones not yet timed out."""
@@ -360,13 +396,21 @@ class Core:
 
     # Counts and state ---------------------------------------------------------------------------
 
-    def count(self, completed: int = 0, failed: int = 0, lost: int = 0, timed_out: int = 0) -> None:
+    def count(
+        self,
+        completed: int = 0,
+        failed: int = 0,
+        lost: int = 0,
+        timed_out: int = 0,
+        cancelled: int = 0,
+    ) -> None:
         """Add to this worker's counts."""
         with self._lock:
             self.stats.completed += completed
             self.stats.failed += failed
             self.stats.lost += lost
             self.stats.timed_out += timed_out
+            self.stats.cancelled += cancelled
 
     def totals(self) -> WorkerStats:
         """This worker's counts, with those its child processes reported."""
@@ -476,6 +520,11 @@ class Core:
         if state == TIMED_OUT:
             logger.warning(
                 "%s returned after its timeout: its result is discarded", self._name(job)
+            )
+            return False
+        if state == CANCELLED:
+            logger.info(
+                "%s returned after it was cancelled: its result is discarded", self._name(job)
             )
             return False
         self.durations.observe(
@@ -638,6 +687,8 @@ class Core:
             if self.options.timeout is not None:
                 for job in self.held.time_out(time.monotonic()):
                     yield from self._time_out(job)
+            for job in self.held.take_to_stop():  # cancelled jobs of child processes
+                yield Replace(job)
             if not self.renews:
                 continue
             for job in self.held.due(time.monotonic(), every):
@@ -648,16 +699,36 @@ class Core:
 
     def _renew(self, job: Job) -> Loop[None]:
         asked = time.monotonic()
-        renew = functools.partial(job.queue.ops.renew, job.item, self.options.lease_secs)
+        renew = functools.partial(
+            jobs_ops.renew_outcome, job.queue.ops, job.item, self.options.lease_secs
+        )
         tried = yield from retrying(renew, self.outage, self.finished, once)
         if isinstance(tried, GaveUp):
             return  # the next tick tries again
-        if tried.value:
+        if tried.value == Renewed.RENEWED:
             job.renewed = asked
+        elif tried.value == Renewed.CANCELLED:
+            yield from self._cancelled(job)
         elif self.held.lose(job):
             logger.warning("lost the lease on %s", self._name(job))
         else:  # it reached Redis after the completion or release (a slow or paused server)
             logger.debug("the renewal of %s came after its handler returned", self._name(job))
+
+    def _cancelled(self, job: Job) -> Loop[None]:
+        """The renewal found the item cancelled: stop its handler as for a timeout.
+
+        A worker process tells its parent, which kills it (and starts another) as it kills one
+        whose handler ran past its timeout.
+        """
+        tell = getattr(self.listener, "cancelled", None)
+        if not self.held.cancel(job):
+            return  # the handler had returned: its outcome found the item gone
+        logger.info("%s was cancelled: its handler is stopped%s", self._name(job), self.describe)
+        if tell is not None:
+            tell(self, job)  # the parent counts it
+        else:
+            self.count(cancelled=1)
+            yield Replace(job)
 
     def _time_out(self, job: Job) -> Loop[None]:
         assert self.options.timeout is not None
