@@ -553,6 +553,23 @@ def jobs(lane: Lane, check: Check) -> None:
         lane.do(q.counts),
         QueueCounts(added=3, failed=2, retried=1, dead=1, requeued=1, cancelled=2),
     )
+    kept = lane.queue("jobres", keep_results=60)
+    lane.do(kept.add_item, Item(b"r", id="r"))
+    r = lane.do(kept.lease, 30, block=False)
+    check("report_progress", lane.do(kept.report_progress, r, {"done": 1}), True)
+    check("state with progress", lane.do(kept.state, "r"), lambda s: s.progress == {"done": 1})
+    check(
+        "complete with a result",
+        lane.do(kept.complete, r, result=b"\x00out"),
+        True,
+        keys=lambda s: 50_000 < s[b"jobres:result:r"][2] <= 60_000,
+    )
+    check("result", lane.do(kept.result, "r", timeout=0), b"\x00out")
+    check(
+        "state of a completed item",
+        lane.do(kept.state, "r"),
+        lambda s: (s.state, s.result) == ("completed", b"\x00out"),
+    )
 
 
 SCENARIOS: dict[str, Scenario] = {

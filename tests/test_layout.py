@@ -45,7 +45,15 @@ def test_fixed_keys_and_patterns_follow_the_rows() -> None:
 
 def test_reserved_names_come_from_the_suffixes() -> None:
     assert set(RESERVED_NAMES) == {row.suffix.split(":")[1] for row in layout.ROWS}
-    assert PER_KEY_NAMES == ("item", "lease", "dead", "spark:batch", "worker")
+    assert PER_KEY_NAMES == (
+        "item",
+        "lease",
+        "dead",
+        "spark:batch",
+        "worker",
+        "result",
+        "progress",
+    )
     assert len(RESERVED_NAMES) == len(set(RESERVED_NAMES))
 
 

@@ -114,7 +114,7 @@ class AsyncWorkQueue(QueueBase):
 
     async def renew(self, db: AsyncClient, item: Item, lease_secs: float) -> bool:
         """See :meth:`WorkQueue.renew`."""
-        return await arun(db, self.ops.renew(item, lease_secs))
+        return bool(await arun(db, self.ops.renew(item, lease_secs)))
 
     async def release(
         self, db: AsyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -167,9 +167,15 @@ class AsyncWorkQueue(QueueBase):
             raise
         await self.complete(db, item)
 
-    async def complete(self, db: AsyncClient, item: Item, replicas: int | None = None) -> bool:
+    async def complete(
+        self,
+        db: AsyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """See :meth:`WorkQueue.complete`."""
-        return await arun(db, self.ops.complete_one(item, replicas))
+        return await arun(db, self.ops.complete_one(item, replicas, result))
 
     async def complete_many(
         self, db: AsyncClient, items: Iterable[Item], replicas: int | None = None
@@ -283,6 +289,14 @@ class AsyncWorkQueue(QueueBase):
     async def renew_outcome(self, db: AsyncClient, item: Item, lease_secs: float) -> Renewed:
         """See :meth:`WorkQueue.renew_outcome`."""
         return await arun(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    async def result(self, db: AsyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """See :meth:`WorkQueue.result`."""
+        return await arun(db, jobs.result(self.ops, item_id, timeout))
+
+    async def report_progress(self, db: AsyncClient, item: Item, progress: object) -> bool:
+        """See :meth:`WorkQueue.report_progress`."""
+        return await arun(db, jobs.report_progress(self.ops, item, progress))
 
 
 async def lease_from(

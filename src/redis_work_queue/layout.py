@@ -169,6 +169,15 @@ ROWS: tuple[KeyRow, ...] = (
         "durations", ":durations", "hash", "queue", _R, False,
         "the workers' job-duration histogram: field -> count (no expiry)",
     ),
+    KeyRow(
+        "result", ":result:", "list", "item", _S, False,
+        "a completed item's result, one entry (`c` then the result), kept `keep_results` "
+        "seconds; waiters block on it",
+    ),
+    KeyRow(
+        "progress", ":progress:", "string", "item", _S, False,
+        "a leased item's last progress report; it lapses with the lease",
+    ),
 )
 # fmt: on
 

@@ -243,7 +243,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
                 out of range.
         """
-        return run(db, self.ops.renew(item, lease_secs))
+        return bool(run(db, self.ops.renew(item, lease_secs)))
 
     def release(
         self, db: SyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -364,8 +364,18 @@ class WorkQueue(QueueBase):
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, db: SyncClient, item: Item, replicas: int | None = None) -> bool:
+    def complete(
+        self,
+        db: SyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """Mark an item as done and remove it, with all its bookkeeping, from the queue.
+
+        On a queue made with ``keep_results``, its result (``result``: bytes, or str as UTF-8;
+        None: empty) is kept that long in the same script call, for :meth:`state` and
+        :meth:`result`.
 
         Returns:
             True for exactly one call per item: the call that removed it. Every later call (or
@@ -377,8 +387,10 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: The processing key holds something other than a list.
             ReplicationError: Too few replicas acknowledged the completion in time (``replicas``,
                 or the queue's, as for :meth:`add_item`).
+            InvalidArgumentError: ``result`` is given to a queue that keeps no results, is not
+                bytes or str, or is longer than 16 MiB.
         """
-        return run(db, self.ops.complete_one(item, replicas))
+        return run(db, self.ops.complete_one(item, replicas, result))
 
     def complete_many(
         self, db: SyncClient, items: Iterable[Item], replicas: int | None = None
@@ -723,6 +735,50 @@ class WorkQueue(QueueBase):
                 not positive.
         """
         return run(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    def result(self, db: SyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """The kept result of an item, waiting for its completion if need be.
+
+        The wait is a blocking read of the key the completing script writes (no polling): the
+        caller wakes as the item is completed. It needs a queue made with ``keep_results``.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            timeout: The longest wait, in seconds; 0 does not wait; None (the default) waits
+                for ever.
+
+        Returns:
+            The result (bytes; empty when the item was completed without one).
+
+        Raises:
+            ItemDeadError: The item is in the dead letters: no result will come.
+            ResultTimeoutError: No result came in time (its ``state`` says where the item is).
+            InvalidArgumentError: ``item_id`` is not a str, or ``timeout`` is negative.
+        """
+        return run(db, jobs.result(self.ops, item_id, timeout))
+
+    def report_progress(self, db: SyncClient, item: Item, progress: object) -> bool:
+        """Report a leased item's progress: :meth:`state` shows it while the lease lasts.
+
+        A handler run by the worker runner reports with
+        :func:`redis_work_queue.runner.report_progress` instead.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            progress: A number, or a small JSON-able value (at most 4,096 bytes as JSON).
+
+        Returns:
+            True when kept; False when the caller does not hold the lease (it ran out, another
+            worker holds the item, or it was cancelled). A report renews nothing, and lapses
+            with the lease.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``progress`` is
+                not JSON-able or too long.
+        """
+        return run(db, jobs.report_progress(self.ops, item, progress))
 
 
 def lease_from(

@@ -17,6 +17,7 @@ synchronous client and on an asyncio one.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import random
@@ -33,12 +34,11 @@ from ..calls import Steps
 from ..durations import DurationRecorder
 from ..item import Item
 from ..ops import health as health_ops
-from ..ops import jobs as jobs_ops
 from ..ops import lease as lease_ops
-from ..ops.jobs import Renewed
 from ..queue_base import QueueBase
-from ..results import Released
-from .actions import Flag, Handle, Loop, Pause, Replace
+from ..results import Released, Renewed
+from ..validation import check_result
+from .actions import Flag, Handle, Loop, Pause, Replace, Returned
 from .options import Options
 from .retry import GaveUp, Outage, backoff_delay, once, retrying
 
@@ -514,8 +514,9 @@ class Core:
         if self.listener is not None:
             self.listener.started(self, job)
         begun = time.monotonic()
-        raised: BaseException | None = yield Handle(job.item)
+        reply: BaseException | Returned | None = yield Handle(job.item, job.queue)
         took = time.monotonic() - begun
+        raised, kept = self._outcome(job, reply)
         state = self.held.finish(job)
         if state == TIMED_OUT:
             logger.warning(
@@ -534,7 +535,7 @@ class Core:
             if self.abort_flag.is_set():
                 return False
             if raised is None:
-                return (yield from self._settle_success(job, lost=state == LOST))
+                return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
             reason = failure_reason(raised)
             if state == LOST:
@@ -551,8 +552,39 @@ class Core:
             if self.listener is not None:
                 self.listener.ended(self, job)
 
-    def _complete(self, job: Job) -> Steps[tuple[bool, Looked | None]]:
-        """Complete the job's item; unless the worker is stopping, lease the next in the call."""
+    @staticmethod
+    def _outcome(
+        job: Job, reply: BaseException | Returned | None
+    ) -> tuple[BaseException | None, bytes | None]:
+        """What a handler raised, else the result to keep (None: the queue keeps none).
+
+        A return value is kept as bytes: bytes as they are, str as UTF-8, None as empty, any
+        other value as JSON. One that cannot be kept (not JSON-able, too long) is the item's
+        failure.
+        """
+        if isinstance(reply, BaseException):
+            return reply, None
+        keep = job.queue.ops.keep_results_ms
+        if not keep:
+            return None, None
+        value = reply.value if isinstance(reply, Returned) else None
+        try:
+            if isinstance(value, bytearray | memoryview):
+                value = bytes(value)
+            elif value is not None and not isinstance(value, bytes | str):
+                value = json.dumps(value, allow_nan=False)
+            return None, check_result(value, keep)
+        except (TypeError, ValueError) as err:
+            return TypeError(f"the handler's return value cannot be kept as a result: {err}"), None
+
+    def _complete(self, job: Job, kept: bytes | None) -> Steps[tuple[bool, Looked | None]]:
+        """Complete the job's item; unless the worker is stopping, lease the next in the call.
+
+        With a result to keep, the completion keeps it (and leases nothing).
+        """
+        if kept is not None:
+            done = yield from job.queue.ops.complete_one(job.item, None, kept)
+            return done, None
         if self.stop_flag.is_set():
             done = yield from job.queue.ops.complete_one(job.item)
             return done, None
@@ -561,7 +593,7 @@ class Core:
         )
         return done, Looked(None if found is None else (self.queues[found[0]], found[1]))
 
-    def _settle_success(self, job: Job, lost: bool) -> Loop[bool | Looked]:
+    def _settle_success(self, job: Job, lost: bool, kept: bytes | None) -> Loop[bool | Looked]:
         """Complete the item; a lost reply is retried after reconnecting.
 
         The lease of a call whose reply was lost is left to run out.
@@ -569,7 +601,7 @@ class Core:
         Returns:
             What was leased with the completion, or True when nothing was looked at.
         """
-        complete = functools.partial(self._complete, job)
+        complete = functools.partial(self._complete, job, kept)
         tried = yield from retrying(complete, self.outage, self.abort_flag, self.abort_flag.is_set)
         if isinstance(tried, GaveUp):
             logger.warning(
@@ -699,16 +731,14 @@ class Core:
 
     def _renew(self, job: Job) -> Loop[None]:
         asked = time.monotonic()
-        renew = functools.partial(
-            jobs_ops.renew_outcome, job.queue.ops, job.item, self.options.lease_secs
-        )
+        renew = functools.partial(job.queue.ops.renew, job.item, self.options.lease_secs)
         tried = yield from retrying(renew, self.outage, self.finished, once)
         if isinstance(tried, GaveUp):
             return  # the next tick tries again
-        if tried.value == Renewed.RENEWED:
-            job.renewed = asked
-        elif tried.value == Renewed.CANCELLED:
+        if tried.value == Renewed.CANCELLED:
             yield from self._cancelled(job)
+        elif tried.value:
+            job.renewed = asked
         elif self.held.lose(job):
             logger.warning("lost the lease on %s", self._name(job))
         else:  # it reached Redis after the completion or release (a slow or paused server)

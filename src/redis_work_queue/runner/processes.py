@@ -96,7 +96,8 @@ class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    queues: tuple[tuple[str, int | None], ...]
+    #: Each queue's name, max deliveries and keep_results.
+    queues: tuple[tuple[str, int | None, float | None], ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -342,7 +343,9 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
     )
     pid = os.getpid()
-    queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.queues]
+    queues = [
+        WorkQueue(KeyPrefix(name), limit, keep_results=keep) for name, limit, keep in config.queues
+    ]
     worker = Worker(
         config.redis_url,
         queues,
