@@ -33,12 +33,14 @@ from lanes import (
 )
 from redis_work_queue import (
     AsyncWorkQueue,
+    Cancelled,
     CleanReport,
     FlushReport,
     InvalidArgumentError,
     Item,
     QueueStats,
     Released,
+    Renewed,
     WorkQueue,
     WrongKeyTypeError,
 )
@@ -547,6 +549,36 @@ def jobs(lane: Lane, check: Check) -> None:
             [(s.state, s.deliveries, s.reason) for s in r]
             == [("dead", 2, "no more"), ("queued", 0, None), ("gone", 0, None)]
         ),
+    )
+    check("retry a dead item", lane.do(q.retry, "a"), True)
+    check("cancel a queued item", lane.do(q.cancel, "b"), Cancelled.REMOVED)
+    check("cancel it again", lane.do(q.cancel, "b"), Cancelled.NOT_FOUND)
+    check("reschedule a queued item", lane.do(q.reschedule, "a", 30), True)
+    check("promote a delayed item", lane.do(q.promote, "a"), True)
+    a = check("lease it", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("a", 1)])
+    check("cancel a leased item", lane.do(q.cancel, "a"), Cancelled.SIGNALLED)
+    check("renew_outcome of a cancelled item", lane.do(q.renew_outcome, a, 30), Renewed.CANCELLED)
+    check(
+        "counts",
+        lane.do(q.counts),
+        QueueCounts(added=3, failed=2, retried=1, dead=1, requeued=1, cancelled=2),
+    )
+    kept = lane.queue("jobres", keep_results=60)
+    lane.do(kept.add_item, Item(b"r", id="r"))
+    r = lane.do(kept.lease, 30, block=False)
+    check("report_progress", lane.do(kept.report_progress, r, {"done": 1}), True)
+    check("state with progress", lane.do(kept.state, "r"), lambda s: s.progress == {"done": 1})
+    check(
+        "complete with a result",
+        lane.do(kept.complete, r, result=b"\x00out"),
+        True,
+        keys=lambda s: 50_000 < s[b"jobres:result:r"][2] <= 60_000,
+    )
+    check("result", lane.do(kept.result, "r", timeout=0), b"\x00out")
+    check(
+        "state of a completed item",
+        lane.do(kept.state, "r"),
+        lambda s: (s.state, s.result) == ("completed", b"\x00out"),
     )
 
 

@@ -916,13 +916,52 @@ def _item(args: argparse.Namespace, db: Any) -> int:
         _json_out(row)
     else:
         for name, value in row.items():
-            if value is not None:
+            if value is not None and value is not False:
                 print(f"{name:<11} {value}")
     return EXIT_OK
 
 
+#: The commands that act on items by id: what each does, and the word for an id it acted on.
+_ACTIONS = {
+    "cancel": (
+        "cancel items: remove waiting ones, stop leased ones (never delivered again)",
+        "cancelled",
+    ),
+    "promote": ("make delayed items due now (next to be leased)", "promoted"),
+    "retry": ("put dead letters back on the queue, their delivery counts reset", "retried"),
+}
+
+
+def _act(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    method = getattr(queue, args.command)
+    done: list[str] = []
+    missed: list[str] = []
+    for item_id in args.ids:
+        (done if method(db, item_id) else missed).append(item_id)
+    word = _ACTIONS[args.command][1]
+    if args.json:
+        _json_out({"queue": args.queue, word: done, "not_found": missed})
+    else:
+        for item_id in done:
+            print(f"{word} {item_id}")
+        for item_id in missed:
+            print(f"not {word} (no such item in that state) {item_id}")
+    return EXIT_FAILED if missed else EXIT_OK
+
+
 def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add the commands that act on items by id."""
+    for name, (text, _) in _ACTIONS.items():
+        p = command(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}, by id. An id that was not acted on (no "
+            "such item in a state the command applies to) exits 1; the others are still done.",
+        )
+        p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        p.add_argument("ids", nargs="+", metavar="ID", help="the items' ids")
+        p.set_defaults(func=_act)
     p = command(
         "item",
         help="where one item is: its state, deliveries, lease, due time and last failure",
