@@ -228,19 +228,19 @@ def test_a_scheduler_that_read_a_stale_due_time_adds_nothing(db: redis.Redis) ->
     due = int(due_ms(db, queue, "tick"))
     spec = raw(db, "HGET", queue.keys.schedules, "tick").decode()
     late = ops.schedule_fire_call(
-        queue.keys, "tick", spec, due, due + 100, "0", occurrence_id("tick", due)
+        queue.keys, *ops.firing("tick", spec, due, due + 100, False, [occurrence_id("tick", due)])
     )
     assert len(queue.run_schedules(db)) == 1  # another scheduler moved it first
     before = dump_state(db)
-    assert run(db, _steps(late)) == -1
+    assert run(db, _steps(late)) == [-1]
     assert dump_state(db) == before
     # So is one whose schedule changed since it read it, even with the same due time.
     set_due(db, queue, "tick", due)
     other = ops.schedule_fire_call(
-        queue.keys, "tick", spec.replace("add", "skip"), due, due + 100, "0", "x"
+        queue.keys, *ops.firing("tick", spec.replace("add", "skip"), due, due + 100, False, ["x"])
     )
     before = dump_state(db)
-    assert run(db, _steps(other)) == -1
+    assert run(db, _steps(other)) == [-1]
     assert dump_state(db) == before
 
 
