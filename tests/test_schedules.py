@@ -510,3 +510,33 @@ def test_a_due_schedule_on_a_server_out_of_memory_changes_nothing(full_db: redis
     assert len(queue.schedules(full_db)) == 2
     assert queue.schedule(full_db, "tick", every=0.1) is False
     assert dump_state(full_db) == before
+
+
+def test_a_turn_calls_again_while_the_limit_was_due(db: redis.Redis) -> None:
+    queue = WorkQueue(QUEUE)
+    for k in range(60):
+        queue.schedule(db, f"s{k}", every=0.1)
+    time.sleep(0.15)
+    assert len(queue.run_schedules(db)) == ops.DUE_LIMIT  # one call: the limit
+    assert len(queue.run_schedules(db, limit=3)) == 3
+    added = run(db, ops.turn_steps(queue.keys))  # a turn: calls again while the limit was due
+    assert len(added) == 60 - ops.DUE_LIMIT - 3
+    assert len(set(queued(db, queue))) == 60
+
+
+def test_a_replaced_schedule_keeps_its_last_id_and_a_flush_removes_schedules(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    queue.schedule(db, "tick", every=0.1, overlap="skip")
+    time.sleep(0.15)
+    (first,) = queue.run_schedules(db)
+    queue.schedule(db, "tick", every=0.2, overlap="skip")
+    (listed,) = queue.schedules(db)
+    assert listed.last_id == first and listed.every == 0.2
+    time.sleep(0.25)
+    assert queue.run_schedules(db) == []  # its last occurrence is still queued
+    queue.flush(db)
+    assert queue.schedules(db) == []
+    assert not [
+        k for k in db.keys("*") if b"schedules" in (k if isinstance(k, bytes) else k.encode())
+    ]
