@@ -540,3 +540,20 @@ def test_a_replaced_schedule_keeps_its_last_id_and_a_flush_removes_schedules(
     assert not [
         k for k in db.keys("*") if b"schedules" in (k if isinstance(k, bytes) else k.encode())
     ]
+
+
+def test_resuming_a_schedule_replaced_meanwhile_reads_it_again_then_gives_up() -> None:
+    keys = WorkQueue(QUEUE).keys
+    text = Spec.of(None, 5, "UTC", None, None, "one", "add").dumps().encode()
+    steps = ops.resume_steps(keys, "tick")
+    call = next(steps)
+    for tries in range(ops.RESUME_TRIES):
+        assert call.args == ("HGET", keys.schedules, "tick")  # type: ignore[union-attr]
+        steps.send(text)  # the definition; then the server's time
+        call = steps.send((b"1700000000", b"0"))
+        assert call.script.name == "schedule_change"  # type: ignore[union-attr]
+        assert call.args[3:5] == (text.decode(), 1_700_000_005_000)  # type: ignore[union-attr]
+        if tries < ops.RESUME_TRIES - 1:
+            call = steps.send(-1)  # replaced meanwhile: read again
+    with pytest.raises(ops.ConcurrentChangeError, match="resume it again"):
+        steps.send(-1)

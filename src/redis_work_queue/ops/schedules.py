@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import scripts
 from ..calls import Command, ScriptCall, Steps
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
 from ..extras import extra_needed
 from ..keyprefix import QueueKeys
 from ..validation import MAX_SECS, decode
@@ -48,6 +48,8 @@ LATE_MS = 60_000
 DUE_LIMIT = 25
 #: The most calls of :func:`due_steps` one scheduler's turn makes while schedules are left due.
 ROUNDS = 40
+#: How many times :func:`resume_steps` reads a schedule that is replaced meanwhile.
+RESUME_TRIES = 10
 #: Schedules read per script call by :func:`list_steps`.
 LIST_CHUNK = 500
 #: The next due time of a paused schedule, and of one with no occurrence left.
@@ -195,6 +197,10 @@ def check_name(name: object) -> str:
             f"{name.replace(SEPARATOR, '-')!r}"
         )
     return name
+
+
+class ConcurrentChangeError(WorkQueueError):
+    """A schedule kept changing while an operation on it ran; nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -535,8 +541,10 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     The due times that passed while it was paused are skipped.
     """
     name = check_name(name)
-    while True:
-        text = yield Command(("HGET", keys.schedules, name), route=keys.queue)
+    for _ in range(RESUME_TRIES):
+        text = yield Command(
+            ("HGET", keys.schedules, name), route=keys.queue, slot_keys=(keys.schedules,)
+        )
         if text is None:
             return False
         spec = Spec.loads(decode(text))
@@ -545,6 +553,10 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
         reply = yield schedule_change_call(keys, name, "resume", decode(text), next_ms)
         if int(reply) >= 0:
             return int(reply) == 1
+    raise ConcurrentChangeError(
+        f"schedule {name!r} was replaced {RESUME_TRIES} times while it was being resumed: "
+        "resume it again"
+    )
 
 
 @operation(
