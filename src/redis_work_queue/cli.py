@@ -45,6 +45,7 @@ from .errors import (
 from .extras import extra_needed
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
+from .ops import schedules as schedule_ops
 from .results import CleanProgress, CleanReport
 from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
 from .workqueue import WorkQueue
@@ -1066,7 +1067,7 @@ def _scheduler(args: argparse.Namespace, db: Any) -> int:
     while True:
         try:
             for queue in queues:
-                for added in queue.run_schedules(db):
+                for added in transport.run(db, schedule_ops.turn_steps(queue.keys)):
                     logging.getLogger(__name__).info("added %s to %s", added, queue.name.prefix)
                     if args.once:
                         print(json.dumps({"queue": queue.name.prefix, "added": added}))

@@ -868,7 +868,7 @@ class Core:
         """
         for queue in self.queues:
             run = functools.partial(
-                schedule_ops.run_steps, queue.keys, owner=self.worker_id, turn_ms=turn_ms
+                schedule_ops.turn_steps, queue.keys, owner=self.worker_id, turn_ms=turn_ms
             )
             tried = yield from retrying(run, self.outage, self.finished, once)
             if isinstance(tried, GaveUp):
