@@ -74,15 +74,16 @@ def blocks(page: Path, start: str | None = None, end: str | None = None) -> list
     return found
 
 
-def python_env(workdir: Path, redis_url: str) -> dict[str, str]:
-    """The environment of the commands: the package's source, the page's directory, the URL."""
+def python_env(workdir: Path) -> dict[str, str]:
+    """The environment of the commands: the package's source and the page's directory (the
+    page's ``export`` lines add to it)."""
     paths = [str(workdir), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     bin_dir = str(Path(sys.executable).parent)
+    outside = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # the page sets it
     return {
-        **os.environ,
+        **outside,
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "REDIS_URL": redis_url,
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -115,7 +116,7 @@ class PageRun:
         self.redis_url = redis_url
         self.db = db
         self.namespace: dict[str, Any] = {"__name__": "__docs__"}
-        self.env = python_env(workdir, redis_url)
+        self.env = python_env(workdir)
         self.outputs: list[str] = []
 
     def where(self, block: Block) -> str:
@@ -134,7 +135,10 @@ class PageRun:
         elif block.lang == "sh":
             for line in code.splitlines():
                 command = line.split("#", 1)[0].strip()
-                if command.startswith("rwq "):
+                if command.startswith("export "):
+                    name, _, value = command.removeprefix("export ").partition("=")
+                    self.env[name] = value
+                elif command.startswith("rwq "):
                     self.run_rwq(block, command)
 
     def exec_block(self, block: Block, code: str) -> None:

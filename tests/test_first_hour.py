@@ -181,6 +181,32 @@ def test_a_worker_in_user_code_logs_its_start_and_stop(
     assert any(m.endswith("stopped: completed 0, failed 0, lost 0, timed out 0") for m in messages)
 
 
+def test_an_async_worker_logs_its_start_and_stop(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from redis_work_queue import AsyncWorker, AsyncWorkQueue  # noqa: PLC0415
+
+    async def handle(item: Item) -> None:
+        return None
+
+    async def go() -> None:
+        worker = AsyncWorker(redis_url, [AsyncWorkQueue(KeyPrefix("am"))], handle, concurrency=3)
+        worker.stop()
+        await worker.run(signals=())
+        await worker.db.aclose()
+
+    with caplog.at_level(logging.INFO, logger="redis_work_queue.aioworker"):
+        asyncio.run(go())
+    messages = [r.getMessage() for r in caplog.records if r.name == "redis_work_queue.aioworker"]
+    assert any(
+        re.fullmatch(r"worker \S+ started: queues am, concurrency 3, asyncio, redis://\S+", m)
+        for m in messages
+    ), messages
+    assert any(" stopped: completed 0, failed 0" in m for m in messages), messages
+
+
 # Small things rwq says ----------------------------------------------------------------------------
 
 

@@ -858,9 +858,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "dashboard",
         help="serve a web page to watch queues (and, with --allow-actions, act on them)",
-        description="Serve a web page showing queues' counts, waiting items, leases, dead "
-        "letters and live workers, refreshed every few seconds. Read-only unless "
-        "--allow-actions. Needs the dashboard extra.",
+        description="Serve a web page showing queues' counts and charts, their waiting, leased, "
+        "delayed and dead items by tab and page, a page per job, and the live workers, "
+        "refreshed every few seconds. Read-only unless --allow-actions. Needs the dashboard "
+        "extra.",
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue key prefixes to show")
     p.add_argument(
