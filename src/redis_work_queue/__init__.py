@@ -24,6 +24,7 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.sharded import ShardStats
 from .results import (
     CleanProgress,
     CleanReport,
@@ -94,6 +95,7 @@ __all__ = [
     "Released",
     "ReplicationError",
     "ScriptError",
+    "ShardStats",
     "WorkQueue",
     "WorkQueueError",
     "Worker",

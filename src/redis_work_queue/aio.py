@@ -15,6 +15,8 @@ from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
 from .ops import lease as lease_ops
+from .ops import sharded as sharded_ops
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -251,6 +253,10 @@ class AsyncWorkQueue(QueueBase):
     async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
+
+    async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
+        """See :meth:`WorkQueue.shard_stats`."""
+        return await arun(db, sharded_ops.shard_stats(self.ops))
 
 
 async def lease_from(

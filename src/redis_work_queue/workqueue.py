@@ -12,7 +12,9 @@ from .clients import SyncClient, SyncPipeline
 from .item import Item
 from .ops import PIPELINE_CHUNK
 from .ops import lease as lease_ops
+from .ops import sharded as sharded_ops
 from .ops.lease import FALLBACK_SLICE
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -598,6 +600,16 @@ class WorkQueue(QueueBase):
         apart.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+    # Shards -----------------------------------------------------------------------------------
+
+    def shard_stats(self, db: SyncClient) -> list[ShardStats]:
+        """Each shard's counts by state and counters: the per-shard view of :meth:`stats`.
+
+        An unsharded queue has one row, its own. For dashboards and for finding a hot or a
+        stuck shard (see :doc:`sharding`).
+        """
+        return run(db, sharded_ops.shard_stats(self.ops))
 
 
 def lease_from(
