@@ -616,6 +616,45 @@ def _chunks_of(positions: list[int], items: Sequence[Item]) -> list[list[int]]:
 # Leasing over shards --------------------------------------------------------------------------
 
 
+#: How long a shard whose node failed a call is passed over by the leases of this process.
+DOWN_SECS = 2.0
+#: Shards passed over, by key prefix: until when (``time.monotonic()``).
+_DOWN: dict[str, float] = {}
+
+
+def _up_first(order: Sequence[QueueOps]) -> list[QueueOps]:
+    """``order`` without the shards passed over for now (all of them when all are)."""
+    if not _DOWN:
+        return list(order)
+    now = time.monotonic()
+    up = [q for q in order if _DOWN.get(q.keys.prefix, 0.0) <= now]
+    return up or list(order)
+
+
+def _lease_on(
+    shard: QueueOps, request: LeaseRequest, errors: list[BaseException]
+) -> Steps[list[tuple[QueueOps, Item]]]:
+    """Lease from one shard, passing it over when its node fails.
+
+    A transient error (its node is down, or failing over) is noted in ``errors``, the shard
+    passed over for :data:`DOWN_SECS`, and nothing is returned: the caller goes on with the
+    other shards.
+    """
+    try:
+        found = yield from lease_items([shard], request)
+    except Exception as err:
+        from ..runner.retry import transient  # noqa: PLC0415 (the runner imports this module)
+
+        if not transient(err):
+            raise
+        errors.append(err)
+        _DOWN[shard.keys.prefix] = time.monotonic() + DOWN_SECS
+        return []
+    if _DOWN:
+        _DOWN.pop(shard.keys.prefix, None)
+    return [(shard, item) for _, item in found]
+
+
 def _nonblocking(request: LeaseRequest, count: int) -> LeaseRequest:
     return LeaseRequest(count, request.lease_ms, request.at_most_once, False, 0, request.max_block)
 
@@ -629,29 +668,40 @@ def lease_shards(
     when it has fewer than asked, the others are looked at: in one script call when they can be
     named together (one server), else in turn. Blocking, a caller waits on every queue at once
     where they can be named together (the wake lists), else on the first queue for at most
-    :data:`SHARD_WAIT_SLICE` at a time between looks at the others.
+    :data:`SHARD_WAIT_SLICE` at a time between looks at the others. On Redis Cluster a shard
+    whose node fails is passed over for :data:`DOWN_SECS` while the others are leased from;
+    its error is raised only when nothing could be leased.
 
     Returns:
         (queue, item) pairs; empty when nothing came in time.
     """
+    order = _up_first(order)
+    errors: list[BaseException] = []
     first = order[0]
-    got = [
-        (first, item)
-        for _, item in (yield from lease_items([first], _nonblocking(request, request.count)))
-    ]
+    got = yield from _lease_on(first, _nonblocking(request, request.count), errors)
     rest = order[1:]
     if len(got) >= request.count:
         return got
     if not rest:
         if got or not request.block:
-            return got
+            return _or_raise(got, errors)
         found = yield from lease_items([first], request)
         return [(first, item) for _, item in found]
     together = bool((yield Ask("together", tuple(k for q in order for k in q.slot_keys))))
-    got += yield from _look(rest, _nonblocking(request, request.count - len(got)), together)
+    wanted = _nonblocking(request, request.count - len(got))
+    got += yield from _look(rest, wanted, together, errors)
     if got or not request.block:
-        return got
+        return _or_raise(got, errors)
     return (yield from _block(order, request, together))
+
+
+def _or_raise(
+    got: list[tuple[QueueOps, Item]], errors: list[BaseException]
+) -> list[tuple[QueueOps, Item]]:
+    """``got``; but when nothing was leased and a shard failed, that shard's error."""
+    if not got and errors:
+        raise errors[0]
+    return got
 
 
 def _block(
@@ -661,27 +711,37 @@ def _block(
     if together:
         found = yield from lease_items(order, request)
         return [(order[index], item) for index, item in found]
-    first, rest = order[0], order[1:]
     deadline = time.monotonic() + request.timeout_ms / 1000 if request.timeout_ms else math.inf
     got: list[tuple[QueueOps, Item]] = []
     while not got:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
+        order = _up_first(order)
         wait_ms = max(round(min(remaining, SHARD_WAIT_SLICE) * 1000), 1)
         wait = LeaseRequest(
             request.count, request.lease_ms, request.at_most_once, True, wait_ms, request.max_block
         )
-        got = [(first, item) for _, item in (yield from lease_items([first], wait))]
+        errors: list[BaseException] = []
+        got = yield from _lease_on(order[0], wait, errors)
         if not got:
-            got = yield from _look(rest, _nonblocking(request, request.count), False)
+            more = _nonblocking(request, request.count)
+            got = yield from _look(order[1:], more, False, errors)
+        if not got and len(errors) == len(order):
+            raise errors[0]
     return got
 
 
 def _look(
-    queues: Sequence[QueueOps], request: LeaseRequest, together: bool
+    queues: Sequence[QueueOps],
+    request: LeaseRequest,
+    together: bool,
+    errors: list[BaseException],
 ) -> Steps[list[tuple[QueueOps, Item]]]:
-    """Lease without blocking from ``queues`` in order: in one call, or one queue at a time."""
+    """Lease without blocking from ``queues`` in order: in one call, or one queue at a time.
+
+    A queue that fails is noted in ``errors`` and passed over.
+    """
     if together:
         found = yield from lease_items(queues, request)
         return [(queues[index], item) for index, item in found]
@@ -690,8 +750,7 @@ def _look(
         want = request.count - len(got)
         if want <= 0:
             break
-        found = yield from lease_items([queue], _nonblocking(request, want))
-        got += [(queue, item) for _, item in found]
+        got += yield from _lease_on(queue, _nonblocking(request, want), errors)
     return got
 
 
