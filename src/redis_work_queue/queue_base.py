@@ -104,6 +104,11 @@ class QueueBase:
         return self.ops.shards if isinstance(self.ops, ShardedOps) else 1
 
     @property
+    def shards_before(self) -> tuple[int, ...]:
+        """The earlier shard counts whose shards are still leased and counted (see ``shards``)."""
+        return self.ops.shards_before if isinstance(self.ops, ShardedOps) else ()
+
+    @property
     def max_deliveries(self) -> int | None:
         """The queue's delivery limit, or None."""
         return self.ops.max_deliveries or None

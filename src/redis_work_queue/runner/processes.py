@@ -88,7 +88,8 @@ class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    queues: tuple[tuple[str, int | None], ...]
+    #: Each queue's name, max deliveries, shard count and earlier shard counts.
+    queues: tuple[tuple[str, int | None, int, tuple[int, ...]], ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -327,7 +328,10 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
     )
     pid = os.getpid()
-    queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.queues]
+    queues = [
+        WorkQueue(KeyPrefix(name), limit, shards=shards, shards_before=before)
+        for name, limit, shards, before in config.queues
+    ]
     worker = Worker(
         config.redis_url,
         queues,
