@@ -344,7 +344,7 @@ def blocking(lane: Lane, check: Check) -> None:
         lane.do(lane.lease_from, [hi, lo], 30, timeout=0.3),
         None,
     )
-    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=0.6), True)
+    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=1.5), True)
     started = time.monotonic()
     check("the delayed item is not leased early", lane.do(q.lease, 30, block=False), None)
     check(
