@@ -33,12 +33,14 @@ from lanes import (
 )
 from redis_work_queue import (
     AsyncWorkQueue,
+    Cancelled,
     CleanReport,
     FlushReport,
     InvalidArgumentError,
     Item,
     QueueStats,
     Released,
+    Renewed,
     WorkQueue,
     WrongKeyTypeError,
 )
@@ -342,7 +344,7 @@ def blocking(lane: Lane, check: Check) -> None:
         lane.do(lane.lease_from, [hi, lo], 30, timeout=0.3),
         None,
     )
-    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=0.6), True)
+    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=1.5), True)
     started = time.monotonic()
     check("the delayed item is not leased early", lane.do(q.lease, 30, block=False), None)
     check(
@@ -548,6 +550,36 @@ def jobs(lane: Lane, check: Check) -> None:
             == [("dead", 2, "no more"), ("queued", 0, None), ("gone", 0, None)]
         ),
     )
+    check("retry a dead item", lane.do(q.retry, "a"), True)
+    check("cancel a queued item", lane.do(q.cancel, "b"), Cancelled.REMOVED)
+    check("cancel it again", lane.do(q.cancel, "b"), Cancelled.NOT_FOUND)
+    check("reschedule a queued item", lane.do(q.reschedule, "a", 30), True)
+    check("promote a delayed item", lane.do(q.promote, "a"), True)
+    a = check("lease it", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("a", 1)])
+    check("cancel a leased item", lane.do(q.cancel, "a"), Cancelled.SIGNALLED)
+    check("renew_outcome of a cancelled item", lane.do(q.renew_outcome, a, 30), Renewed.CANCELLED)
+    check(
+        "counts",
+        lane.do(q.counts),
+        QueueCounts(added=3, failed=2, retried=1, dead=1, requeued=1, cancelled=2),
+    )
+    kept = lane.queue("jobres", keep_results=60)
+    lane.do(kept.add_item, Item(b"r", id="r"))
+    r = lane.do(kept.lease, 30, block=False)
+    check("report_progress", lane.do(kept.report_progress, r, {"done": 1}), True)
+    check("state with progress", lane.do(kept.state, "r"), lambda s: s.progress == {"done": 1})
+    check(
+        "complete with a result",
+        lane.do(kept.complete, r, result=b"\x00out"),
+        True,
+        keys=lambda s: 50_000 < s[b"jobres:result:r"][2] <= 60_000,
+    )
+    check("result", lane.do(kept.result, "r", timeout=0), b"\x00out")
+    check(
+        "state of a completed item",
+        lane.do(kept.state, "r"),
+        lambda s: (s.state, s.result) == ("completed", b"\x00out"),
+    )
 
 
 def scheduling(lane: Lane, check: Check) -> None:
@@ -581,7 +613,31 @@ def scheduling(lane: Lane, check: Check) -> None:
     )
 
 
+def sharding(lane: Lane, check: Check) -> None:
+    q = lane.queue("shq", shards=3)
+    batch = [Item(f"d{i}".encode(), id=f"s{i}") for i in range(6)]
+    check("add_items over the shards", lane.do(q.add_items, batch), [True] * 6)
+    check("an id meets its shard again", lane.do(q.add_item, Item(b"x", id="s4")), False)
+    check(
+        "shard_stats",
+        lane.do(q.shard_stats),
+        lambda r: (
+            [row.prefix for row in r] == ["{shq:0}", "{shq:1}", "{shq:2}"]
+            and sum(row.stats.queued for row in r) == 6
+        ),
+        keys=lambda s: all(k.startswith(b"{shq:") for k in s),
+    )
+    check("stats summed", lane.do(q.stats), QueueStats(6, 0, 0, 0, 0))
+    check(
+        "peek merged",
+        lane.do(q.peek, 0, 10),
+        lambda r: sorted(i.id for i in r) == [f"s{i}" for i in range(6)],
+    )
+    check("flush every shard", lane.do(q.flush), lambda r: r.items == 6)
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "sharding": sharding,
     "adding": adding,
     "leasing": leasing,
     "blocking": blocking,

@@ -8,7 +8,8 @@
 --   oldest to pass over (optional, 0); with 'ids', the ids
 -- Returns {requeued, skipped, kept}: how many were requeued, how many chosen ids were not dead
 -- letters or are in use by a live item again, and how many of those stay dead (the ones in
--- use: a caller going through the oldest passes over them next time).
+-- use: a caller going through the oldest passes over them next time; with 'oldest' every chosen
+-- id is a dead letter).
 -- Keeps: a dead letter becomes an item again (data key, then queue) in one step; every key the
 -- call may write is type-checked before its first write.
 -- Every key the call may write is checked before its first write: each dead letter's data is
@@ -32,7 +33,7 @@ for i, id in ipairs(ids) do
   else
     if not data then
       redis.call('ZREM', Q.dead, id)
-    elseif redis.call('ZSCORE', Q.dead, id) then
+    else
       kept = kept + 1
     end
     skipped = skipped + 1

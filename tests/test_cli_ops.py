@@ -701,6 +701,10 @@ RUNNABLE: dict[str, list[str]] = {
     "schedule": ["pause", P, "nightly"],
     "schedules": [P],
     "scheduler": [P, "--once"],
+    "cancel": [P, "an-id"],
+    "promote": [P, "an-id"],
+    "retry": [P, "an-id"],
+    "functions": ["status"],
 }
 
 

@@ -228,19 +228,19 @@ def test_a_scheduler_that_read_a_stale_due_time_adds_nothing(db: redis.Redis) ->
     due = int(due_ms(db, queue, "tick"))
     spec = raw(db, "HGET", queue.keys.schedules, "tick").decode()
     late = ops.schedule_fire_call(
-        queue.keys, "tick", spec, due, due + 100, "0", occurrence_id("tick", due)
+        queue.keys, *ops.firing("tick", spec, due, due + 100, False, [occurrence_id("tick", due)])
     )
     assert len(queue.run_schedules(db)) == 1  # another scheduler moved it first
     before = dump_state(db)
-    assert run(db, _steps(late)) == -1
+    assert run(db, _steps(late)) == [-1]
     assert dump_state(db) == before
     # So is one whose schedule changed since it read it, even with the same due time.
     set_due(db, queue, "tick", due)
     other = ops.schedule_fire_call(
-        queue.keys, "tick", spec.replace("add", "skip"), due, due + 100, "0", "x"
+        queue.keys, *ops.firing("tick", spec.replace("add", "skip"), due, due + 100, False, ["x"])
     )
     before = dump_state(db)
-    assert run(db, _steps(other)) == -1
+    assert run(db, _steps(other)) == [-1]
     assert dump_state(db) == before
 
 
@@ -515,3 +515,50 @@ def test_a_due_schedule_on_a_server_out_of_memory_changes_nothing(full_db: redis
     assert len(queue.schedules(full_db)) == 2
     assert queue.schedule(full_db, "tick", every=0.1) is False
     assert dump_state(full_db) == before
+
+
+def test_a_turn_calls_again_while_the_limit_was_due(db: redis.Redis) -> None:
+    queue = WorkQueue(QUEUE)
+    for k in range(60):
+        queue.schedule(db, f"s{k}", every=0.1)
+    time.sleep(0.15)
+    assert len(queue.run_schedules(db)) == ops.DUE_LIMIT  # one call: the limit
+    assert len(queue.run_schedules(db, limit=3)) == 3
+    added = run(db, ops.turn_steps(queue.keys))  # a turn: calls again while the limit was due
+    assert len(added) == 60 - ops.DUE_LIMIT - 3
+    assert len(set(queued(db, queue))) == 60
+
+
+def test_a_replaced_schedule_keeps_its_last_id_and_a_flush_removes_schedules(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    queue.schedule(db, "tick", every=0.1, overlap="skip")
+    time.sleep(0.15)
+    (first,) = queue.run_schedules(db)
+    queue.schedule(db, "tick", every=0.2, overlap="skip")
+    (listed,) = queue.schedules(db)
+    assert listed.last_id == first and listed.every == 0.2
+    time.sleep(0.25)
+    assert queue.run_schedules(db) == []  # its last occurrence is still queued
+    queue.flush(db)
+    assert queue.schedules(db) == []
+    assert not [
+        k for k in db.keys("*") if b"schedules" in (k if isinstance(k, bytes) else k.encode())
+    ]
+
+
+def test_resuming_a_schedule_replaced_meanwhile_reads_it_again_then_gives_up() -> None:
+    keys = WorkQueue(QUEUE).keys
+    text = Spec.of(None, 5, "UTC", None, None, "one", "add").dumps().encode()
+    steps = ops.resume_steps(keys, "tick")
+    call = next(steps)
+    for tries in range(ops.RESUME_TRIES):
+        assert call.args == ("HGET", keys.schedules, "tick")  # type: ignore[union-attr]
+        steps.send(text)  # the definition; then the server's time
+        call = steps.send((b"1700000000", b"0"))
+        assert call.script.name == "schedule_change"  # type: ignore[union-attr]
+        assert call.args[3:5] == (text.decode(), 1_700_000_005_000)  # type: ignore[union-attr]
+        if tries < ops.RESUME_TRIES - 1:
+            call = steps.send(-1)  # replaced meanwhile: read again
+    with pytest.raises(ops.ConcurrentChangeError, match="resume it again"):
+        steps.send(-1)

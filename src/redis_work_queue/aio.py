@@ -17,8 +17,10 @@ from .item import Item
 from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
-from .ops.jobs import ItemState
+from .ops import sharded as sharded_ops
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -116,7 +118,7 @@ class AsyncWorkQueue(QueueBase):
 
     async def renew(self, db: AsyncClient, item: Item, lease_secs: float) -> bool:
         """See :meth:`WorkQueue.renew`."""
-        return await arun(db, self.ops.renew(item, lease_secs))
+        return bool(await arun(db, self.ops.renew(item, lease_secs)))
 
     async def release(
         self, db: AsyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -169,9 +171,15 @@ class AsyncWorkQueue(QueueBase):
             raise
         await self.complete(db, item)
 
-    async def complete(self, db: AsyncClient, item: Item, replicas: int | None = None) -> bool:
+    async def complete(
+        self,
+        db: AsyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """See :meth:`WorkQueue.complete`."""
-        return await arun(db, self.ops.complete_one(item, replicas))
+        return await arun(db, self.ops.complete_one(item, replicas, result))
 
     async def complete_many(
         self, db: AsyncClient, items: Iterable[Item], replicas: int | None = None
@@ -330,6 +338,38 @@ class AsyncWorkQueue(QueueBase):
     ) -> list[str]:
         """See :meth:`WorkQueue.run_schedules`."""
         return await arun(db, schedule_ops.run_steps(self.keys, limit))
+
+    async def cancel(self, db: AsyncClient, item_id: str) -> Cancelled:
+        """See :meth:`WorkQueue.cancel`."""
+        return await arun(db, jobs.cancel(self.ops, item_id))
+
+    async def promote(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.promote`."""
+        return await arun(db, jobs.promote(self.ops, item_id))
+
+    async def retry(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.retry`."""
+        return await arun(db, jobs.retry(self.ops, item_id))
+
+    async def reschedule(self, db: AsyncClient, item_id: str, delay: float | datetime) -> bool:
+        """See :meth:`WorkQueue.reschedule`."""
+        return await arun(db, jobs.reschedule(self.ops, item_id, delay))
+
+    async def renew_outcome(self, db: AsyncClient, item: Item, lease_secs: float) -> Renewed:
+        """See :meth:`WorkQueue.renew_outcome`."""
+        return await arun(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    async def result(self, db: AsyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """See :meth:`WorkQueue.result`."""
+        return await arun(db, jobs.result(self.ops, item_id, timeout))
+
+    async def report_progress(self, db: AsyncClient, item: Item, progress: object) -> bool:
+        """See :meth:`WorkQueue.report_progress`."""
+        return await arun(db, jobs.report_progress(self.ops, item, progress))
+
+    async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
+        """See :meth:`WorkQueue.shard_stats`."""
+        return await arun(db, sharded_ops.shard_stats(self.ops))
 
 
 async def lease_from(

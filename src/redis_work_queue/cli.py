@@ -45,6 +45,7 @@ from .errors import (
 from .extras import extra_needed
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
+from .ops import schedules as schedule_ops
 from .results import CleanProgress, CleanReport
 from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
 from .workqueue import WorkQueue
@@ -895,6 +896,18 @@ def build_parser() -> argparse.ArgumentParser:
     _job_commands(command)
 
     p = command(
+        "functions",
+        help="load the function library ahead (install), or show which servers have it",
+        description="Redis 7 and later: 'install' loads this release's function library "
+        "(FUNCTION LOAD) on the server, or every primary of a cluster; 'status' lists the "
+        "package's libraries on each and exits 1 when one lacks this release's. Clients load "
+        "it themselves when they may (FUNCTION LOAD granted); install serves users that may "
+        "only call it (FCALL).",
+    )
+    p.add_argument("action", choices=("install", "status"), help="install or status")
+    p.set_defaults(func=_functions)
+
+    p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
         description="Run a producer, worker processes (one of which crashes) and a cleaner on "
@@ -917,13 +930,52 @@ def _item(args: argparse.Namespace, db: Any) -> int:
         _json_out(row)
     else:
         for name, value in row.items():
-            if value is not None:
+            if value is not None and value is not False:
                 print(f"{name:<11} {value}")
     return EXIT_OK
 
 
+#: The commands that act on items by id: what each does, and the word for an id it acted on.
+_ACTIONS = {
+    "cancel": (
+        "cancel items: remove waiting ones, stop leased ones (never delivered again)",
+        "cancelled",
+    ),
+    "promote": ("make delayed items due now (next to be leased)", "promoted"),
+    "retry": ("put dead letters back on the queue, their delivery counts reset", "retried"),
+}
+
+
+def _act(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    method = getattr(queue, args.command)
+    done: list[str] = []
+    missed: list[str] = []
+    for item_id in args.ids:
+        (done if method(db, item_id) else missed).append(item_id)
+    word = _ACTIONS[args.command][1]
+    if args.json:
+        _json_out({"queue": args.queue, word: done, "not_found": missed})
+    else:
+        for item_id in done:
+            print(f"{word} {item_id}")
+        for item_id in missed:
+            print(f"not {word} (no such item in that state) {item_id}")
+    return EXIT_FAILED if missed else EXIT_OK
+
+
 def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add the commands that act on items by id."""
+    for name, (text, _) in _ACTIONS.items():
+        p = command(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}, by id. An id that was not acted on (no "
+            "such item in a state the command applies to) exits 1; the others are still done.",
+        )
+        p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        p.add_argument("ids", nargs="+", metavar="ID", help="the items' ids")
+        p.set_defaults(func=_act)
     p = command(
         "item",
         help="where one item is: its state, deliveries, lease, due time and last failure",
@@ -1028,7 +1080,7 @@ def _scheduler(args: argparse.Namespace, db: Any) -> int:
     while True:
         try:
             for queue in queues:
-                for added in queue.run_schedules(db):
+                for added in transport.run(db, schedule_ops.turn_steps(queue.keys)):
                     logging.getLogger(__name__).info("added %s to %s", added, queue.name.prefix)
                     if args.once:
                         print(json.dumps({"queue": queue.name.prefix, "added": added}))
@@ -1098,6 +1150,24 @@ def _schedule_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECS", help="default 0.5")
     p.add_argument("--once", action="store_true", help="run once, print what was added")
     p.set_defaults(func=_scheduler)
+
+
+def _functions(args: argparse.Namespace, db: Any) -> int:
+    """``rwq functions install|status``."""
+    from . import functions  # noqa: PLC0415 - only this command needs it
+
+    nodes = functions.install(db) if args.action == "install" else functions.status(db)
+    name = functions.library().name
+    if args.json:
+        rows = [{"node": n.node, "loaded": n.loaded, "libraries": list(n.libraries)} for n in nodes]
+        print(json.dumps({"library": name, "nodes": rows}))
+    else:
+        for n in nodes:
+            others = [lib for lib in n.libraries if lib != name]
+            state = "loaded" if n.loaded else "not loaded"
+            extra = f" (also: {', '.join(others)})" if others else ""
+            print(f"{n.node}: {name} {state}{extra}")
+    return 0 if all(n.loaded for n in nodes) else EXIT_FAILED
 
 
 # Running ----------------------------------------------------------------------------------------

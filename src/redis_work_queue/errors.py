@@ -148,3 +148,43 @@ class MissingExtraError(WorkQueueError, ImportError):
         super().__init__(install_hint(feature, extra, missing, packages), name=missing)
         self.extra = extra
         self.missing = missing
+
+
+class ItemDeadError(WorkQueueError):
+    """The item a caller waits for (``result``) is in the dead letters: no result will come.
+
+    Attributes:
+        item_id: The item's id.
+        reason: The reason of its last failure (its dead letter's), or None.
+    """
+
+    def __init__(self, item_id: str, reason: str | None) -> None:
+        super().__init__(
+            f"item {item_id!r} is dead (in the dead letters), so it has no result: "
+            f"{reason or 'no reason recorded'}; retry(db, id) puts it back on the queue"
+        )
+        self.item_id = item_id
+        self.reason = reason
+
+
+class ResultTimeoutError(WorkQueueError, TimeoutError):
+    """No result came for the item within ``result``'s timeout.
+
+    It is also a ``TimeoutError``.
+
+    Attributes:
+        item_id: The item's id.
+        state: The item's state when the wait ended (``queued``, ``leased``, ``gone``...).
+    """
+
+    def __init__(self, item_id: str, state: str, timeout: float) -> None:
+        hint = (
+            " (done without a kept result, or never added: is the queue made with keep_results?)"
+            if state == "gone"
+            else ""
+        )
+        super().__init__(
+            f"no result for item {item_id!r} within {timeout:g} s: it is {state}{hint}"
+        )
+        self.item_id = item_id
+        self.state = state

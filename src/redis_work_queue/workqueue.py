@@ -13,9 +13,11 @@ from .item import Item
 from .ops import PIPELINE_CHUNK, jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
-from .ops.jobs import ItemState
+from .ops import sharded as sharded_ops
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -246,7 +248,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
                 out of range.
         """
-        return run(db, self.ops.renew(item, lease_secs))
+        return bool(run(db, self.ops.renew(item, lease_secs)))
 
     def release(
         self, db: SyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -367,8 +369,18 @@ class WorkQueue(QueueBase):
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, db: SyncClient, item: Item, replicas: int | None = None) -> bool:
+    def complete(
+        self,
+        db: SyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """Mark an item as done and remove it, with all its bookkeeping, from the queue.
+
+        On a queue made with ``keep_results``, its result (``result``: bytes, or str as UTF-8;
+        None: empty) is kept that long in the same script call, for :meth:`state` and
+        :meth:`result`.
 
         Returns:
             True for exactly one call per item: the call that removed it. Every later call (or
@@ -380,8 +392,10 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: The processing key holds something other than a list.
             ReplicationError: Too few replicas acknowledged the completion in time (``replicas``,
                 or the queue's, as for :meth:`add_item`).
+            InvalidArgumentError: ``result`` is given to a queue that keeps no results, is not
+                bytes or str, or is longer than 16 MiB.
         """
-        return run(db, self.ops.complete_one(item, replicas))
+        return run(db, self.ops.complete_one(item, replicas, result))
 
     def complete_many(
         self, db: SyncClient, items: Iterable[Item], replicas: int | None = None
@@ -770,6 +784,152 @@ class WorkQueue(QueueBase):
             The ids of the occurrences added, oldest first for each schedule.
         """
         return run(db, schedule_ops.run_steps(self.keys, limit))
+
+    def cancel(self, db: SyncClient, item_id: str) -> Cancelled:
+        """Cancel one item by id, in one script call.
+
+        A queued or delayed item is removed at once, with its data and bookkeeping. A leased
+        item's data goes too, and its lease is marked: its holder's next renewal reports the
+        cancellation (:meth:`renew_outcome` returns ``Renewed.CANCELLED``), and the worker runner
+        then stops the handler as it stops one past its timeout. Either way no client, of this
+        library or of the reference design, hands the item out again. Counted as ``cancelled``
+        in :meth:`counts`.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            ``Cancelled.REMOVED`` (it was waiting), ``Cancelled.SIGNALLED`` (it was leased) or
+            ``Cancelled.NOT_FOUND`` (dead, done or never added: nothing changed), which is
+            false.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.cancel(self.ops, item_id))
+
+    def promote(self, db: SyncClient, item_id: str) -> bool:
+        """Make a delayed item due now: it is the next to be leased.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            True when it was delayed; False (nothing changed) otherwise.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.promote(self.ops, item_id))
+
+    def retry(self, db: SyncClient, item_id: str) -> bool:
+        """Put one dead letter back on the queue, its count reset (``requeue_dead`` of one id).
+
+        Args:
+            db: The Redis client.
+            item_id: The dead letter's id.
+
+        Returns:
+            True when it was a dead letter and is queued again; False when it is not a dead
+            letter, or its id is in use by a live item again (it stays dead).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.retry(self.ops, item_id))
+
+    def reschedule(self, db: SyncClient, item_id: str, delay: float | datetime) -> bool:
+        """Give a queued or delayed item a new due time.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            delay: Seconds from now (>= 0), or a timezone-aware ``datetime``.
+
+        Returns:
+            True when it was queued or delayed (it is now delayed until then); False when it is
+            leased, dead or gone (nothing changed).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str, or ``delay`` is negative, not a
+                number or a naive datetime.
+        """
+        return run(db, jobs.reschedule(self.ops, item_id, delay))
+
+    def renew_outcome(self, db: SyncClient, item: Item, lease_secs: float) -> Renewed:
+        """Extend a held lease (as :meth:`renew`) and say what happened.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            lease_secs: The new lease length, from now.
+
+        Returns:
+            ``Renewed.RENEWED`` (true), ``Renewed.NOT_HELD`` (the lease ran out or another
+            worker holds the item) or ``Renewed.CANCELLED``: the item was cancelled while held
+            (see :meth:`cancel`); stop working on it. Both are false.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
+                not positive.
+        """
+        return run(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    def result(self, db: SyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """The kept result of an item, waiting for its completion if need be.
+
+        The wait is a blocking read of the key the completing script writes (no polling): the
+        caller wakes as the item is completed. It needs a queue made with ``keep_results``.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            timeout: The longest wait, in seconds; 0 does not wait; None (the default) waits
+                for ever.
+
+        Returns:
+            The result (bytes; empty when the item was completed without one).
+
+        Raises:
+            ItemDeadError: The item is in the dead letters: no result will come.
+            ResultTimeoutError: No result came in time (its ``state`` says where the item is).
+            InvalidArgumentError: ``item_id`` is not a str, or ``timeout`` is negative.
+        """
+        return run(db, jobs.result(self.ops, item_id, timeout))
+
+    def report_progress(self, db: SyncClient, item: Item, progress: object) -> bool:
+        """Report a leased item's progress: :meth:`state` shows it while the lease lasts.
+
+        A handler run by the worker runner reports with
+        :func:`redis_work_queue.runner.report_progress` instead.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            progress: A number, or a small JSON-able value (at most 4,096 bytes as JSON).
+
+        Returns:
+            True when kept; False when the caller does not hold the lease (it ran out, another
+            worker holds the item, or it was cancelled). A report renews nothing, and lapses
+            with the lease.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``progress`` is
+                not JSON-able or too long.
+        """
+        return run(db, jobs.report_progress(self.ops, item, progress))
+
+    # Shards -----------------------------------------------------------------------------------
+
+    def shard_stats(self, db: SyncClient) -> list[ShardStats]:
+        """Each shard's counts by state and counters: the per-shard view of :meth:`stats`.
+
+        An unsharded queue has one row, its own. For dashboards and for finding a hot or a
+        stuck shard (see :doc:`sharding`).
+        """
+        return run(db, sharded_ops.shard_stats(self.ops))
 
 
 def lease_from(

@@ -23,8 +23,8 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import scripts
-from ..calls import Command, Pipelined, ScriptCall, Steps
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..calls import Command, ScriptCall, Steps
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
 from ..extras import extra_needed
 from ..keyprefix import QueueKeys
 from ..validation import MAX_SECS, decode
@@ -45,7 +45,11 @@ CATCH_UP_LIMIT = 100
 #: A due time first seen later than this (ms) counts as missed (``catch_up="none"`` skips it).
 LATE_MS = 60_000
 #: The most due schedules one scheduler call takes (the rest wait for the next call).
-DUE_LIMIT = 100
+DUE_LIMIT = 25
+#: The most calls of :func:`due_steps` one scheduler's turn makes while schedules are left due.
+ROUNDS = 40
+#: How many times :func:`resume_steps` reads a schedule that is replaced meanwhile.
+RESUME_TRIES = 10
 #: Schedules read per script call by :func:`list_steps`.
 LIST_CHUNK = 500
 #: The next due time of a paused schedule, and of one with no occurrence left.
@@ -193,6 +197,10 @@ def check_name(name: object) -> str:
             f"{name.replace(SEPARATOR, '-')!r}"
         )
     return name
+
+
+class ConcurrentChangeError(WorkQueueError):
+    """A schedule kept changing while an operation on it ran; nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -426,18 +434,21 @@ def schedule_due_call(keys: QueueKeys, owner: str, turn_ms: int, limit: int) -> 
 
 
 @builds("schedule_fire")
-def schedule_fire_call(
-    keys: QueueKeys,
-    name: str,
-    spec: str,
-    due_ms: int,
-    next_ms: int | str,
-    overlap: str,
-    *ids: str,
-) -> ScriptCall:
-    """``lua/schedule_fire.lua``: add occurrences ``ids`` and move the next due time."""
-    args = (keys.prefix, name, spec, due_ms, next_ms, overlap, *ids)
+def schedule_fire_call(keys: QueueKeys, *schedules: scripts.Arg) -> ScriptCall:
+    """``lua/schedule_fire.lua``: add due occurrences and move next due times.
+
+    ``schedules`` holds, for each schedule, its name, the definition read, the due time read,
+    the next due time, the overlap flag, the number of ids, then the ids (see :func:`firing`).
+    """
+    args = (keys.prefix, *schedules)
     return ScriptCall(scripts.load("schedule_fire"), keys.script_keys, args, None, keys.slot_keys)
+
+
+def firing(
+    name: str, spec: str, due_ms: int, next_ms: int | None, skip: bool, ids: Sequence[str]
+) -> tuple[scripts.Arg, ...]:
+    """One schedule's part of a :func:`schedule_fire_call`."""
+    return (name, spec, due_ms, _score(next_ms), "1" if skip else "0", len(ids), *ids)
 
 
 @builds("schedule_list")
@@ -530,8 +541,10 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     The due times that passed while it was paused are skipped.
     """
     name = check_name(name)
-    while True:
-        text = yield Command(("HGET", keys.schedules, name), route=keys.queue)
+    for _ in range(RESUME_TRIES):
+        text = yield Command(
+            ("HGET", keys.schedules, name), route=keys.queue, slot_keys=(keys.schedules,)
+        )
         if text is None:
             return False
         spec = Spec.loads(decode(text))
@@ -540,6 +553,10 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
         reply = yield schedule_change_call(keys, name, "resume", decode(text), next_ms)
         if int(reply) >= 0:
             return int(reply) == 1
+    raise ConcurrentChangeError(
+        f"schedule {name!r} was replaced {RESUME_TRIES} times while it was being resumed: "
+        "resume it again"
+    )
 
 
 @operation(
@@ -601,7 +618,6 @@ def list_steps(keys: QueueKeys) -> Steps[list[Schedule]]:
 @operation(
     methods=("run_schedules",),
     scripts=("schedule_due", "schedule_fire"),
-    commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
     writes=True,
     cli="scheduler",
     docs=DOCS,
@@ -611,38 +627,62 @@ def run_steps(
 ) -> Steps[list[str]]:
     """Add the occurrences of the due schedules (at most ``limit`` schedules); the ids added.
 
-    With ``owner`` (a worker's id), only when that worker takes the fleet's turn, which lasts
-    ``turn_ms`` (see ``lua/schedule_due.lua``).
+    It is two script calls, whatever the number of schedules: one reads the due ones with the
+    server's time, one adds their occurrences. With ``owner`` (a worker's id), only when that
+    worker takes the fleet's turn, which lasts ``turn_ms`` (see ``lua/schedule_due.lua``).
     """
+    added, _ = yield from due_steps(keys, limit, owner, turn_ms)
+    return added
+
+
+def due_steps(
+    keys: QueueKeys, limit: int = DUE_LIMIT, owner: str = "", turn_ms: int = 0
+) -> Steps[tuple[list[str], bool]]:
+    """:func:`run_steps`, also saying whether ``limit`` schedules were due (more may be)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidArgumentError(f"limit must be an int from 1 to 10000, got {limit!r}")
     reply = yield schedule_due_call(keys, owner, turn_ms, limit)
     now, taken = int(reply[0]), int(reply[1])
-    if not taken:
-        return []
-    calls: list[ScriptCall] = []
-    for k in range(2, len(reply), 3):
-        raw_name, score, text = reply[k : k + 3]
+    due = reply[2:]
+    if not taken or not due:
+        return [], False
+    parts: list[scripts.Arg] = []
+    for k in range(0, len(due), 3):
+        raw_name, score, text = due[k : k + 3]
         if text is None:
             continue
         name = decode(raw_name)
         try:
             spec = Spec.loads(decode(text))
-            due = int(float(score))
-            times, next_ms = spec.plan(due, now)
+            at = int(float(score))
+            times, next_ms = spec.plan(at, now)
         except Exception as err:  # a definition this host cannot read: left for another
             logger.warning("schedule %r of %s cannot be run here: %s", name, keys.prefix, err)
             continue
         ids = [occurrence_id(name, t) for t in times]
-        skip = "1" if spec.overlap == "skip" else "0"
-        calls.append(schedule_fire_call(keys, name, decode(text), due, _score(next_ms), skip, *ids))
-    if not calls:
-        return []
-    replies = yield Pipelined(tuple(calls))
+        parts += firing(name, decode(text), at, next_ms, spec.overlap == "skip", ids)
+    full = len(due) >= 3 * limit
+    if not parts:
+        return [], full
+    replies = yield schedule_fire_call(keys, *parts)
     added: list[str] = []
     for fired in replies:
         if not isinstance(fired, int):  # -1: another scheduler was first
             added += (decode(each) for each in fired)
     if added:
         logger.debug("added %d scheduled occurrence(s) to %s", len(added), keys.prefix)
+    return added, full
+
+
+def turn_steps(keys: QueueKeys, owner: str = "", turn_ms: int = 0) -> Steps[list[str]]:
+    """One scheduler's turn: :func:`due_steps` again while :data:`DUE_LIMIT` were due.
+
+    At most :data:`ROUNDS` calls; the runners and ``rwq scheduler`` make it.
+    """
+    added, full = yield from due_steps(keys, DUE_LIMIT, owner, turn_ms)
+    for _ in range(ROUNDS - 1):
+        if not full:
+            break
+        more, full = yield from due_steps(keys, DUE_LIMIT)
+        added += more
     return added
