@@ -290,3 +290,32 @@ def test_every_view_of_a_big_queue_is_fast_and_reads_a_bounded_number_of_bytes(
 def get_page(url: str, tab: str, page: int) -> dict[str, Any]:
     with client_for(url, queues=("big",)) as client:
         return get(client, "/api/queue", name="big", tab=tab, page=page)
+
+
+def test_job_actions_cancel_promote_and_retry(console: TestClient, real_db: redis.Redis) -> None:
+    queue = WorkQueue(KeyPrefix("q"), max_deliveries=1)
+    bury(real_db, queue, "dead", "r", b"x")
+    queue.add_item(real_db, Item(b"later", id="later"), delay=600)
+    queue.add_item(real_db, Item(b"now", id="now"))
+    token = console.get("/").text.split('name="csrf-token" content="', 1)[1].split('"', 1)[0]
+
+    def act(action: str, item_id: object) -> tuple[int, str]:
+        reply = console.post(
+            "/api/action",
+            json={"queue": "q", "action": action, "id": item_id},
+            headers={"X-CSRF-Token": token},
+        )
+        body = reply.json()
+        return reply.status_code, body.get("message") or body["error"]
+
+    assert act("promote", "later") == (200, "q: promoted later: it is the next to be leased")
+    assert queue.state(real_db, "later").state == "queued"
+    assert act("promote", "later") == (200, "q: later is not delayed")
+    assert act("cancel", "now") == (200, "q: cancelled now")
+    assert queue.state(real_db, "now").state == "gone"
+    assert act("cancel", "now") == (200, "q: now: nothing to cancel")
+    assert act("retry", "dead") == (200, "q: dead is queued again")
+    assert queue.state(real_db, "dead").state == "queued"
+    assert act("retry", "dead")[1].endswith("is not a dead letter (or its id is in use again)")
+    status, error = act("cancel", None)
+    assert status == 400 and 'name the job to cancel in "id"' in error

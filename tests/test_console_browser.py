@@ -123,11 +123,16 @@ def test_every_console_view_of_a_big_queue(
     ready = "document.body.dataset.jobState === 'queued'"
     times["job"] = best_load(driver, url + "?queue=big&job=json-job", ready)
     assert text_of(driver, "#job-data") == '{\n  "user": 7,\n  "tags": [\n    "a",\n    "b"\n  ]\n}'
-    assert not by_css(driver, "#job-actions").is_displayed()  # no dead letter: no actions
+    assert by_css(driver, "#job-cancel").is_displayed()  # waiting: it can be cancelled
+    assert not by_css(driver, "#job-promote").is_displayed()  # only a delayed job
+    assert not by_css(driver, "#job-retry").is_displayed()
     screenshot(driver, "console-job")
     ready = "document.body.dataset.jobState === 'dead'"
     load(driver, url + f"?queue=big&job={dead_id}", ready)
-    assert by_css(driver, "#job-requeue").is_displayed()
+    assert (
+        by_css(driver, "#job-retry").is_displayed() and by_css(driver, "#job-purge").is_displayed()
+    )
+    assert not by_css(driver, "#job-cancel").is_displayed()
     assert (text_of(driver, "#job-dead-reason") or "").startswith("EEEE")
     assert not by_css(driver, "#job-data-box").is_displayed()  # its data is the dead letter's
     died = driver.execute_script(
@@ -210,3 +215,36 @@ def test_the_rate_chart_shows_items_added_completed_and_failed_per_second(
     assert "0" in axes and len(axes) >= 5  # y: 0, half, top; x: the first and last sample times
     assert len(driver.find_elements("css selector", "#rates-chart polyline")) == 3
     screenshot(driver, "console-rates")
+
+
+def test_job_actions_from_the_job_page(
+    driver: Any,  # noqa: F811
+    real_db: redis.Redis,
+    redis_url: str,
+    dashboards: Callable[..., Dashboard],  # noqa: F811
+) -> None:
+    from redis_work_queue import KeyPrefix, WorkQueue  # noqa: PLC0415
+
+    queue = WorkQueue(KeyPrefix("acts"))
+    queue.add_item(real_db, Item(b"later", id="later"), delay=3600)
+    dash = dashboards(redis_url, "acts", "--allow-actions")
+    load(driver, dash.url + "?queue=acts&job=later", "document.body.dataset.jobState === 'delayed'")
+    assert by_css(driver, "#job-promote").is_displayed()
+    by_css(driver, "#job-promote").click()
+    wait_for(lambda: queue.state(real_db, "later").state == "queued", WAIT, "the promotion")
+    wait_for(
+        lambda: driver.execute_script("return document.body.dataset.jobState") == "queued",
+        WAIT,
+        "the page to show it queued",
+    )
+    assert "promoted later" in (text_of(driver, "#notice") or "")
+    wait_for(lambda: not by_css(driver, "#job-promote").is_displayed(), WAIT, "promote hidden")
+    by_css(driver, "#job-cancel").click()
+    wait_for(lambda: queue.state(real_db, "later").state == "gone", WAIT, "the cancel")
+    wait_for(
+        lambda: driver.execute_script("return document.body.dataset.jobState") == "gone",
+        WAIT,
+        "the page to show it gone",
+    )
+    assert by_css(driver, "#job-missing").is_displayed()
+    screenshot(driver, "console-job-cancelled")

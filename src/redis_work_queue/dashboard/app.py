@@ -38,6 +38,7 @@ from ..cli import plural
 from ..connect import mask
 from ..errors import InvalidArgumentError, WorkQueueError
 from ..keyprefix import KeyPrefix
+from ..results import Cancelled
 from ..validation import check_refresh_secs
 from . import data
 
@@ -47,7 +48,9 @@ HERE = Path(__file__).resolve().parent
 CSRF_HEADER = "x-csrf-token"
 #: The errors that mean Redis cannot be reached right now (the page shows a banner).
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
-ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush")
+#: The actions on one job (job control's operations), by id.
+JOB_ACTIONS = ("cancel", "promote", "retry")
+ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush", *JOB_ACTIONS)
 #: Longest wait between two samples while Redis is unreachable.
 MAX_SAMPLE_BACKOFF = 30.0
 
@@ -405,6 +408,11 @@ async def _checked_action(
             raise _Refused(400, str(err)) from err
     if kind == "flush" and body.get("confirm") != name:
         raise _Refused(400, f"type the queue's name ({name}) to confirm the flush")
+    if kind in JOB_ACTIONS:
+        # One job, by id (job control's operations).
+        if not isinstance(body.get("id"), str) or not body["id"]:
+            raise _Refused(400, f'name the job to {kind} in "id" (a string)')
+        ids = [body["id"]]
     if kind in ("requeue", "purge") and ids is None and body.get("confirm") != name:
         raise _Refused(
             400, f"type the queue's name ({name}) to confirm {kind} of every dead letter"
@@ -429,6 +437,9 @@ async def action(request: Request) -> Response:
             message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":
             message = f"purged {plural(await queue.purge_dead(state.db, ids), 'dead letter')}"
+        elif kind in JOB_ACTIONS:
+            assert ids is not None  # checked: one job's id
+            message = await _job_action(queue, state.db, kind, ids[0])
         elif kind == "light-clean":
             message = _clean_message(await queue.light_clean(state.db))
         elif kind == "deep-clean":
@@ -444,6 +455,22 @@ async def action(request: Request) -> Response:
         return await _guarded(state, work)
     except _NotShown:
         return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def _job_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, item_id: str) -> str:
+    """Run job control's ``cancel``, ``promote`` or ``retry`` on one job; what it did."""
+    if kind == "cancel":
+        done = await queue.cancel(db, item_id)
+        if done == Cancelled.SIGNALLED:
+            return f"cancelled {item_id} (its worker is told at its next renewal)"
+        return f"cancelled {item_id}" if done else f"{item_id}: nothing to cancel"
+    if kind == "promote":
+        if await queue.promote(db, item_id):
+            return f"promoted {item_id}: it is the next to be leased"
+        return f"{item_id} is not delayed"
+    if await queue.requeue_dead(db, [item_id]):  # retry(id), as job control defines it
+        return f"{item_id} is queued again"
+    return f"{item_id} is not a dead letter (or its id is in use again)"
 
 
 def _clean_message(report: Any) -> str:

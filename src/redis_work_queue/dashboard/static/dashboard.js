@@ -429,7 +429,15 @@
       $("job-download").append(downloadLink(j.name, j.id, false, j.data.size));
     }
     $("job-dead").hidden = !j.dead;
-    if (actions) $("job-actions").hidden = !j.dead;
+    if (actions) {
+      // Job control's actions, where they apply: cancel a live job, promote a delayed one,
+      // retry or purge a dead letter.
+      const live = ["queued", "delayed", "leased", "expired"].includes(state);
+      $("job-cancel").hidden = !live;
+      $("job-promote").hidden = state !== "delayed";
+      $("job-retry").hidden = !j.dead;
+      $("job-purge").hidden = !j.dead;
+    }
     if (j.dead) {
       facts($("job-dead-facts"), [
         ["died", when(j.dead.died_at)],
@@ -543,7 +551,9 @@
         for (const b of both) b.disabled = true;
       });
     }
-    $("job-requeue").addEventListener("click", () => act("requeue", { ids: [job] }));
+    $("job-cancel").addEventListener("click", () => act("cancel", { id: job }));
+    $("job-promote").addEventListener("click", () => act("promote", { id: job }));
+    $("job-retry").addEventListener("click", () => act("retry", { id: job }));
     $("job-purge").addEventListener("click", () => act("purge", { ids: [job] }));
   }
 
