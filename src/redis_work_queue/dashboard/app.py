@@ -468,7 +468,7 @@ async def _job_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, item_id:
         if await queue.promote(db, item_id):
             return f"promoted {item_id}: it is the next to be leased"
         return f"{item_id} is not delayed"
-    if await queue.requeue_dead(db, [item_id]):  # retry(id), as job control defines it
+    if await queue.retry(db, item_id):
         return f"{item_id} is queued again"
     return f"{item_id} is not a dead letter (or its id is in use again)"
 
