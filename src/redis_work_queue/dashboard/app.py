@@ -1,10 +1,14 @@
 """The dashboard's web application: a Starlette app serving one page and its JSON endpoints.
 
-``GET /`` is the page, ``GET /api/overview`` every queue's counts (and one queue's recent samples),
-``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers, and
-``POST /api/action`` an action on one queue (only when actions are enabled, and only with the
-page's CSRF token). Redis being unreachable is answered with status 503 and an error the page
-shows in a banner; the next request after Redis is back succeeds.
+``GET /`` is the page (what it shows is in its query: ``?queue=&tab=&page=``, ``?queue=&job=``,
+``?view=workers``), ``GET /api/overview`` every queue's counts (and one queue's recent samples),
+``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers (with
+``&tab=waiting|leased|delayed|dead&page=N``: one page of that tab), ``GET /api/job?name=&id=``
+one job, ``GET /api/workers`` the live workers of every queue shown and the queues' job
+durations, ``GET /api/data`` one item's whole data, and ``POST /api/action`` an action on one
+queue or one job (only when actions are enabled, and only with the page's CSRF token). Redis
+being unreachable is answered with status 503 and an error the page shows in a banner; the next
+request after Redis is back succeeds.
 """
 
 from __future__ import annotations
