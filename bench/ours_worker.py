@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from jobs_workloads import JOBS_WORKLOADS
 from ours_workloads import OURS_ONLY
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
 
@@ -114,7 +115,7 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db), OURS_ONLY)
+    worker_main(lambda db: OursQueue(rwq, db), {**OURS_ONLY, **JOBS_WORKLOADS})
 
 
 if __name__ == "__main__":
