@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
+from jobs_workloads import JOBS_WORKLOADS
 from ours_workloads import OURS_ONLY
 from sharded_workloads import SHARDED
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
@@ -116,7 +117,8 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db), {**OURS_ONLY, **SHARDED, **FUNCTIONS_WORKLOADS})
+    workloads = {**OURS_ONLY, **SHARDED, **FUNCTIONS_WORKLOADS, **JOBS_WORKLOADS}
+    worker_main(lambda db: OursQueue(rwq, db), workloads)
 
 
 if __name__ == "__main__":

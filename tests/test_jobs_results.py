@@ -289,3 +289,17 @@ OOM_CHECKS = [
 ]
 test_results_check_types_before_writing = write_check_test(WRITE_CHECKS)
 test_results_out_of_memory = oom_test(OOM_CHECKS)
+
+
+def test_rwq_item_shows_the_result(real_db: redis.Redis, redis_url: str) -> None:
+    from test_cli_ops import rwq  # noqa: PLC0415 (the command line's helpers)
+
+    queue = WorkQueue(QUEUE, keep_results=60)
+    queue.add_items(real_db, [Item(b"t", id="t"), Item(b"b", id="b")])
+    queue.complete(real_db, lease(real_db, queue), result="done é")
+    queue.complete(real_db, lease(real_db, queue), result=b"\xff\x00")
+    result = rwq("--url", redis_url, "item", "jr", "t", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["result"] == "done é"
+    row = json.loads(rwq("--url", redis_url, "item", "jr", "b", "--json").stdout)
+    assert (row["state"], row["result"], row["result_base64"]) == ("completed", None, "/wA=")

@@ -12,6 +12,7 @@ with a traceback only under ``-v``. With ``--json``, the commands that serve (``
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import math
@@ -926,6 +927,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _item(args: argparse.Namespace, db: Any) -> int:
     found = _queue(args, args.queue).state(db, args.id)
     row = asdict(found)
+    if found.result is not None:  # bytes: as text when it is UTF-8, else in base64
+        try:
+            row["result"] = found.result.decode("utf-8")
+        except UnicodeDecodeError:
+            row["result"] = None
+            row["result_base64"] = base64.b64encode(found.result).decode("ascii")
     if args.json:
         _json_out(row)
     else:

@@ -111,7 +111,8 @@ ROWS: tuple[KeyRow, ...] = (
     KeyRow(
         "lease", ":lease:", "string", "item", _S, True,
         "the lease, with an expiry: the holder's token and the time it was leased "
-        "(`<token>@<ms>`); a delayed item's delay lease; a deep clean's hold",
+        "(`<token>@<ms>`); a delayed item's delay lease; a deep clean's hold; a cancelled "
+        "item's mark (`cancelled:` then the lease it had)",
     ),
     KeyRow(
         "deliveries", ":deliveries", "hash", "queue", _S, False,
