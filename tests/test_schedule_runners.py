@@ -20,6 +20,7 @@ import pytest
 import redis
 
 import runner_handlers
+from checks import limit
 from helpers import wait_for
 from redis_work_queue import AsyncWorker, AsyncWorkQueue, KeyPrefix, Worker, WorkQueue
 from redis_work_queue.ops import schedules as ops
@@ -220,3 +221,31 @@ def test_rwq_scheduler_once_and_until_stopped(real_db: redis.Redis, redis_url: s
         out, err = proc.communicate(timeout=JOIN_SECS)
     assert proc.returncode == 0 and out == "" and err == "", err
     grid([i.decode() for i in real_db.lrange(queue.keys.queue, 0, -1)], 100)
+
+
+def test_rwq_scheduler_waits_out_a_server_out_of_memory(
+    full_db: redis.Redis, module_redis: Any
+) -> None:
+    queue = WorkQueue(KeyPrefix(P))
+    queue.schedule(full_db, "tick", every=0.1)
+    limit(full_db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "redis_work_queue.cli", "--url", module_redis.url, "scheduler", P],
+        env=env(),
+        cwd=TESTS_DIR,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        threading.Event().wait(1.5)
+        assert proc.poll() is None and queue.queue_len(full_db) == 0
+        full_db.config_set("maxmemory", 0)
+        wait_for(lambda: queue.queue_len(full_db) > 0, timeout=JOIN_SECS, what="occurrences")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=JOIN_SECS)
+    assert proc.returncode == 0 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "cannot take the schedules' writes now" in line and "maxmemory" in line
