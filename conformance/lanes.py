@@ -52,8 +52,9 @@ T = TypeVar("T")
 TIME_SLACK_MS = 2000
 #: How long a lane waits for the others at a step before the run is abandoned.
 STEP_SECS = 60.0
-#: A lease key's value, and a leased item's token: random hex, then the lease time in ms.
-_TOKEN = re.compile(r"^([0-9a-f]{8,})@(\d{10,})$")
+#: A lease key's value, and a leased item's token: random hex, then the lease time in ms (a
+#: cancelled item's lease is marked by a prefix, kept).
+_TOKEN = re.compile(r"^((?:cancelled:)?)([0-9a-f]{8,})@(\d{10,})$")
 _SCRIPT_COMMANDS = frozenset({"EVALSHA", "EVAL", b"EVALSHA", b"EVAL"})
 
 #: Client options of each flavour a scenario runs under.
@@ -115,8 +116,9 @@ def canon(value: Any, tokens: dict[str, int]) -> Any:
         found = _TOKEN.match(text)
         if found is None:
             return value
-        number = tokens.setdefault(found.group(1), len(tokens))
-        return (type(value).__name__, Token(number, Near(int(found.group(2)), TIME_SLACK_MS)))
+        number = tokens.setdefault(found.group(2), len(tokens))
+        token = Token(number, Near(int(found.group(3)), TIME_SLACK_MS))
+        return (type(value).__name__, found.group(1), token)
     if isinstance(value, Item):
         return (
             "Item",

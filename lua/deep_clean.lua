@@ -20,7 +20,7 @@ local mine = {}
 for i = NQ + 2, #ARGV do
   local id = ARGV[i]
   if redis.call('GET', Q.lease .. id) == hold then
-    mine[#mine + 1] = {id, redis.call('EXISTS', Q.item .. id) == 1}
+    mine[#mine + 1] = {id, is_data(Q.item .. id)}
   end
 end
 local requeued = {}

@@ -3,7 +3,8 @@
 --#include dead.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) which: 'oldest' or 'ids' (see dead.lua)
--- arg(2...) chosen: with 'oldest', how many of the oldest dead letters; with 'ids', the ids
+-- arg(2...) chosen: with 'oldest', how many of the oldest dead letters, then how many of the
+--   oldest to pass over (optional, 0); with 'ids', the ids
 -- Returns {purged, skipped}: how many dead letters were deleted, and how many chosen ids were not
 -- dead letters.
 -- Keeps: live items are never touched; every key the call may write is type-checked before its

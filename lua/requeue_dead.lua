@@ -4,9 +4,12 @@
 --#include dead.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) which: 'oldest' or 'ids' (see dead.lua)
--- arg(2...) chosen: with 'oldest', how many of the oldest dead letters; with 'ids', the ids
--- Returns {requeued, skipped}: how many were requeued, and how many chosen ids were not dead
--- letters or are in use by a live item again (those stay dead).
+-- arg(2...) chosen: with 'oldest', how many of the oldest dead letters, then how many of the
+--   oldest to pass over (optional, 0); with 'ids', the ids
+-- Returns {requeued, skipped, kept}: how many were requeued, how many chosen ids were not dead
+-- letters or are in use by a live item again, and how many of those stay dead (the ones in
+-- use: a caller going through the oldest passes over them next time; with 'oldest' every chosen
+-- id is a dead letter).
 -- Keeps: a dead letter becomes an item again (data key, then queue) in one step; every key the
 -- call may write is type-checked before its first write.
 -- Every key the call may write is checked before its first write: each dead letter's data is
@@ -18,7 +21,7 @@ for i, id in ipairs(ids) do
 end
 check_types('list', {Q.queue}, 'zset', {Q.dead}, 'hash', {Q.deliveries, Q.reasons, Q.counts})
 check_wake(Q)
-local requeued, skipped = 0, 0
+local requeued, skipped, kept = 0, 0, 0
 for i, id in ipairs(ids) do
   local data = datas[i]
   if data and redis.call('SET', Q.item .. id, data, 'NX') then
@@ -30,9 +33,11 @@ for i, id in ipairs(ids) do
   else
     if not data then
       redis.call('ZREM', Q.dead, id)
+    else
+      kept = kept + 1
     end
     skipped = skipped + 1
   end
 end
 count(Q, 'requeued', requeued)
-return {requeued, skipped}
+return {requeued, skipped, kept}

@@ -75,6 +75,7 @@ def granted() -> set[str]:
 NOT_COMMANDS = {
     "COUNT",
     "EX",
+    "KEEPTTL",
     "LIMIT",
     "MATCH",
     "MAXLEN",

@@ -268,7 +268,12 @@ def test_catch_up_after_five_seconds_without_a_scheduler(
     if policy == "all":
         assert all(b - a == 500 for a, b in itertools.pairwise(times))
     assert due_ms(db, queue, "tick") > now  # the next due time is in the future
-    assert queue.run_schedules(db) == []
+    # A second run adds nothing it added already, and at most the one occurrence that may have
+    # come due since (a slow machine can take more than the 0.5 s interval between the calls).
+    again = queue.run_schedules(db)
+    assert not set(again) & set(added) and len(again) <= 1
+    if again:
+        assert occurrence_time(again[0])[1] * 1000 > max(times, default=now - 5_000)  # type: ignore[index]
 
 
 def test_catch_up_none_adds_a_due_time_seen_a_little_late(db: redis.Redis) -> None:
@@ -424,7 +429,7 @@ def test_a_cron_schedule_without_the_extra_names_it(monkeypatch: pytest.MonkeyPa
         Spec.of("0 2 * * *", None, "UTC", None, None, "one", "add")
     text = str(caught.value)
     assert "pip install 'redis-work-queue-lua[schedules]'" in text
-    assert "pip install -e '.[schedules]'" in text and ".whl" in text
+    assert "pip install '.[schedules]'" in text and ".whl" in text
     # An interval schedule needs no extra.
     assert Spec.of(None, 5, "UTC", None, None, "one", "add").every_ms == 5000
 

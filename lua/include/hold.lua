@@ -7,12 +7,19 @@
 -- finds a held id on the processing list treats it as an expired lease: it removes the hold with
 -- the entry and requeues (or buries) the item.
 -- Keys: P:lease:<id> (its value only: the scripts write the holds).
--- Defines: HOLD_PREFIX, is_hold, micros, elapsed.
+-- Defines: HOLD_PREFIX, is_hold, is_data, micros, elapsed.
 -- Keeps: elapsed() counts from the start of the script that includes this file.
 local HOLD_PREFIX = 'deep-clean:'
 
 local function is_hold(value)
   return value and string.sub(value, 1, #HOLD_PREFIX) == HOLD_PREFIX
+end
+
+-- Whether a data key holds an item: it exists and is a string. A key of another type named like
+-- one (P:item:<id> a hash) is no item of this queue: the deep clean leaves it alone.
+local function is_data(key)
+  local found = redis.call('TYPE', key)
+  return (found.ok or found) == 'string'
 end
 
 local function micros()

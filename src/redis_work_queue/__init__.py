@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
+    ItemDeadError,
     MissingExtraError,
     OutcomeUnknownError,
     ReplicationError,
+    ResultTimeoutError,
     ScriptError,
     WorkerFailedError,
     WorkQueueError,
@@ -24,6 +26,8 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.jobs import Cancelled, ItemState, Renewed
+from .ops.listing import DelayedItem
 from .ops.schedules import Schedule
 from .results import (
     CleanProgress,
@@ -79,13 +83,17 @@ def __dir__() -> list[str]:
 __all__ = [
     "AsyncWorkQueue",
     "AsyncWorker",
+    "Cancelled",
     "CleanProgress",
     "CleanReport",
     "CrossSlotError",
     "DeadLetter",
+    "DelayedItem",
     "FlushReport",
     "InvalidArgumentError",
     "Item",
+    "ItemDeadError",
+    "ItemState",
     "KeyPrefix",
     "MissingExtraError",
     "OutcomeUnknownError",
@@ -93,7 +101,9 @@ __all__ = [
     "QueueStats",
     "QueuedItem",
     "Released",
+    "Renewed",
     "ReplicationError",
+    "ResultTimeoutError",
     "Schedule",
     "ScriptError",
     "WorkQueue",

@@ -51,7 +51,7 @@ class AsyncWorker(Shell):
         concurrency: How many handlers run at once (tasks).
         backoff: Delay before the first retry of a failed item, doubled per further delivery.
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle task looks at the stop flag.
+        poll_secs: How often an idle task looks at the stop flag (at least 0.01 s).
         timeout: Cancel a handler that runs longer than this many seconds and release its item
             as a failure with reason ``timeout``; a new task takes its slot. None: no timeout.
         clean_secs: As for ``Worker``: the fleet's light clean, at most once per interval.
@@ -115,6 +115,12 @@ class AsyncWorker(Shell):
 
     def _on_signal(self, signum: int) -> None:
         self._signalled(signum)
+
+    def _mode(self) -> str:
+        return "asyncio"
+
+    def _source(self) -> Any:
+        return self.db
 
     async def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)

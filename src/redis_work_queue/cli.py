@@ -351,6 +351,11 @@ def _flush(args: argparse.Namespace, db: Any) -> int:
 LISTING_PREVIEW_BYTES = 1024
 
 
+def plural(count: int, noun: str) -> str:
+    """``"1 dead letter"``, ``"2 dead letters"``: a count and its noun, in the right number."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _preview(data: bytes, width: int = 40) -> str:
     text = data.decode("utf-8", "backslashreplace")
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -379,7 +384,7 @@ def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
     if args.json:
         _json_out({"queue": args.queue, verb: done, "not_found": missing})
     else:
-        print(f"{verb} {done} dead letters of {args.queue}")
+        print(f"{verb} {plural(done, 'dead letter')} of {args.queue}")
     if missing:
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
         raise Failure(
@@ -414,7 +419,7 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
         ]
         _json_out({"total": total, "dead_letters": rows})
         return EXIT_OK
-    print(f"{total} dead letters in {args.queue}")
+    print(f"{plural(total, 'dead letter')} in {args.queue}")
     for d in page:
         died = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.died_at))
         print(f"{d.id}  deliveries={d.deliveries}  died={died}  reason={d.reason!r}")
@@ -479,6 +484,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
 
 def _workers(args: argparse.Namespace, db: Any) -> int:
     found = {name: live_workers(db, _queue(args, name)) for name in args.queues}
+    _warn_missing(db, [name for name, rows in found.items() if not rows])
     if args.json:
         _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK
@@ -738,7 +744,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=_clean(kind))
 
-    p = command("info", help="queued, leased, expired-awaiting-clean, delayed and dead counts")
+    p = command(
+        "info",
+        help="queued, leased, expired-awaiting-clean, delayed and dead counts",
+        description="Print each queue's counts: queued (waiting), leased, expired (leases run "
+        "out, awaiting a light clean), delayed (due later) and dead (dead letters), and warn "
+        "when the server may evict keys or a queue has no keys.",
+    )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.set_defaults(func=_info)
 
@@ -846,9 +858,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "dashboard",
         help="serve a web page to watch queues (and, with --allow-actions, act on them)",
-        description="Serve a web page showing queues' counts, waiting items, leases, dead "
-        "letters and live workers, refreshed every few seconds. Read-only unless "
-        "--allow-actions. Needs the dashboard extra.",
+        description="Serve a web page showing queues' counts and charts, their waiting, leased, "
+        "delayed and dead items by tab and page, a page per job, and the live workers, "
+        "refreshed every few seconds. Read-only unless --allow-actions. Needs the dashboard "
+        "extra.",
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue key prefixes to show")
     p.add_argument(
@@ -880,6 +893,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_dashboard)
 
+    _job_commands(command)
+
     p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
@@ -891,6 +906,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=None)
     _schedule_commands(command)
     return parser
+
+
+# Job control by id ------------------------------------------------------------------------------
+
+
+def _item(args: argparse.Namespace, db: Any) -> int:
+    found = _queue(args, args.queue).state(db, args.id)
+    row = asdict(found)
+    if args.json:
+        _json_out(row)
+    else:
+        for name, value in row.items():
+            if value is not None and value is not False:
+                print(f"{name:<11} {value}")
+    return EXIT_OK
+
+
+#: The commands that act on items by id: what each does, and the word for an id it acted on.
+_ACTIONS = {
+    "cancel": (
+        "cancel items: remove waiting ones, stop leased ones (never delivered again)",
+        "cancelled",
+    ),
+    "promote": ("make delayed items due now (next to be leased)", "promoted"),
+    "retry": ("put dead letters back on the queue, their delivery counts reset", "retried"),
+}
+
+
+def _act(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    method = getattr(queue, args.command)
+    done: list[str] = []
+    missed: list[str] = []
+    for item_id in args.ids:
+        (done if method(db, item_id) else missed).append(item_id)
+    word = _ACTIONS[args.command][1]
+    if args.json:
+        _json_out({"queue": args.queue, word: done, "not_found": missed})
+    else:
+        for item_id in done:
+            print(f"{word} {item_id}")
+        for item_id in missed:
+            print(f"not {word} (no such item in that state) {item_id}")
+    return EXIT_FAILED if missed else EXIT_OK
+
+
+def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add the commands that act on items by id."""
+    for name, (text, _) in _ACTIONS.items():
+        p = command(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}, by id. An id that was not acted on (no "
+            "such item in a state the command applies to) exits 1; the others are still done.",
+        )
+        p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        p.add_argument("ids", nargs="+", metavar="ID", help="the items' ids")
+        p.set_defaults(func=_act)
+    p = command(
+        "item",
+        help="where one item is: its state, deliveries, lease, due time and last failure",
+        description="Show one item's state (queued, delayed, leased, expired, dead, completed "
+        "or gone) in one read.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("id", metavar="ID", help="the item's id")
+    p.set_defaults(func=_item)
 
 
 # Schedules --------------------------------------------------------------------------------------
@@ -1098,6 +1180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    if args.command == "worker":
+        # The worker's start and stop lines (and a signal's), with -v or without.
+        logging.getLogger("redis_work_queue.worker").setLevel(logging.INFO)
     db: Any = None
     where = "Redis"
     try:

@@ -40,6 +40,43 @@ def _to_bytes(data: object) -> bytes:
         raise InvalidArgumentError(f"{expected} ({err})") from None
 
 
+def id_problem(item_id: str) -> str | None:
+    r"""Why ``item_id`` cannot name an item, or None when it can.
+
+    An id is stored as its UTF-8 bytes, with a lone surrogate from U+DC80 to U+DCFF standing
+    for one byte that is not UTF-8 (``surrogateescape``, which is how an id read back from
+    Redis keeps bytes that are not UTF-8). An id must come back the same from its bytes: any
+    other lone surrogate has no bytes at all, and surrogates that spell valid UTF-8 (as
+    ``"\udcc3\udca9"`` spells ``"é"``) would name another id's keys.
+    """
+    try:
+        stored = item_id.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as err:
+        return (
+            f"item id {item_id!r} holds a lone surrogate ({item_id[err.start]!r}) that has no "
+            "UTF-8 bytes: pass text that encodes as UTF-8"
+        )
+    if stored.decode("utf-8", "surrogateescape") != item_id:
+        return (
+            f"item id {item_id!r} would be stored as the bytes of "
+            f"{stored.decode('utf-8', 'surrogateescape')!r} and name that id's keys: pass "
+            "the text itself"
+        )
+    return None
+
+
+def _to_id(id: object) -> str:
+    """An item id from what ``Item`` was given (bytes as ids are read back from Redis)."""
+    if isinstance(id, bytes | bytearray):
+        text = bytes(id).decode("utf-8", "surrogateescape")
+    else:
+        text = id if isinstance(id, str) else str(id)
+    problem = "an item id must not be empty" if text == "" else id_problem(text)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+    return text
+
+
 class Item(dict[str, Any]):
     """A work item: a string id and arbitrary bytes of data.
 
@@ -54,27 +91,25 @@ class Item(dict[str, Any]):
     Args:
         data: The item's data. A ``str`` is stored as UTF-8; any other value is converted as
             ``bytes(data)`` converts it (a buffer, or an iterable of ints in range(256)).
-        id: The item's id; a new UUIDv7 (32 hex characters) when omitted; a non-str id is
-            converted with ``str``. Any non-empty string works, including colons, spaces,
-            braces, glob characters and non-ASCII text.
+        id: The item's id; a new UUIDv7 (32 hex characters) when omitted; bytes are decoded
+            as UTF-8 (a byte that is not UTF-8 kept as a surrogate, as ids are read back from
+            Redis); any other non-str id is converted with ``str``. Any non-empty string that
+            has UTF-8 bytes works, including colons, spaces, braces, glob characters and
+            non-ASCII text.
 
     Raises:
         InvalidArgumentTypeError: ``data`` cannot be converted to bytes without losing its
             value (None, an int, a mapping, a float...); it is also a ``TypeError``, as the
             reference client's ``bytes(data)`` raises.
-        InvalidArgumentError: ``data`` holds an int outside range(256), or ``id`` is empty.
+        InvalidArgumentError: ``data`` holds an int outside range(256), or ``id`` is empty or
+            holds a lone surrogate that has no UTF-8 bytes of its own (see :func:`id_problem`).
     """
 
     __slots__ = ("deliveries", "lease_token")
 
     def __init__(self, data: ItemData | Any, id: str | None = None) -> None:
         converted = _to_bytes(data)
-        if id is None:
-            id = new_id()
-        elif not isinstance(id, str):
-            id = str(id)
-        if id == "":
-            raise InvalidArgumentError("an item id must not be empty")
+        id = new_id() if id is None else _to_id(id)
         dict.__init__(self, data=converted, id=id)
         self.lease_token: str | None = None
         self.deliveries = 0

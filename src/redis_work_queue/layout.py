@@ -189,6 +189,15 @@ ROWS: tuple[KeyRow, ...] = (
         "schedules_turn", ":schedules:turn", "string", "queue", _R, False,
         "a flag with an expiry: a worker took the fleet's turn to add due occurrences",
     ),
+    KeyRow(
+        "result", ":result:", "list", "item", _S, False,
+        "a completed item's result, one entry (`c` then the result), kept `keep_results` "
+        "seconds; waiters block on it",
+    ),
+    KeyRow(
+        "progress", ":progress:", "string", "item", _S, False,
+        "a leased item's last progress report; it lapses with the lease",
+    ),
 )
 # fmt: on
 

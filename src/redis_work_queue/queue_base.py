@@ -29,6 +29,10 @@ class QueueBase:
             raising :class:`ReplicationError` when they do not within ``replica_timeout``.
             Each call can override it.
         replica_timeout: How long to wait for the replicas, in seconds.
+        keep_results: Keep each completed item's result this many seconds (``complete``'s
+            ``result``, or the worker runner's handler's return value), for :meth:`state` and
+            ``result`` (which waits for it). None (the default): keep nothing, and write
+            exactly the keys a queue without results writes.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -42,6 +46,7 @@ class QueueBase:
         max_deliveries: int | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        keep_results: float | None = None,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -53,7 +58,7 @@ class QueueBase:
         #: code that drives them itself with :func:`~.transport.run` or :func:`~.transport.arun`
         #: (the worker runners, the Spark data source) or writes its own with the scripts'
         #: argument builders (:mod:`~.ops.registry`).
-        self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
+        self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout, keep_results)
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
         self._session = uuid.uuid4().hex
@@ -84,6 +89,11 @@ class QueueBase:
     def max_deliveries(self) -> int | None:
         """The queue's delivery limit, or None."""
         return self.ops.max_deliveries or None
+
+    @property
+    def keep_results(self) -> float | None:
+        """How long a completed item's result is kept, in seconds, or None."""
+        return self.ops.keep_results_ms / 1000 or None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from datetime import datetime
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .item import Item
+from .item import Item, id_problem
 
 #: The longest duration accepted anywhere (lease, delay, TTL): about 31 years.
 MAX_SECS = 10**9
@@ -18,6 +19,9 @@ MAX_SECS = 10**9
 #: slower is no longer a live view.
 MIN_REFRESH_SECS = 0.5
 MAX_REFRESH_SECS = 3600.0
+#: The largest position (and page size) a listing takes: Redis's list indexes are 64-bit,
+#: and every integer up to 2**53 is exact in the scripts' numbers.
+MAX_INDEX = 2**53
 
 
 def to_ms(seconds: float, what: str, minimum: int = 1) -> int:
@@ -97,7 +101,37 @@ def check_item(item: object) -> Item:
             f"an item needs item['id'] a str and item['data'] bytes; got "
             f"{type(item_id).__name__} and {type(data).__name__} (make it with Item(data, id))"
         )
+    problem = id_problem(item_id)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
     return item
+
+
+def check_ids(ids: object, what: str) -> list[str]:
+    """Validate the ids given to an operation on chosen items (``ids=`` of ``requeue_dead``...).
+
+    Every id is checked before anything is sent.
+
+    Raises:
+        InvalidArgumentError: ``ids`` is a single str or bytes (which would be taken letter by
+            letter) or not iterable, or one id is not a str or cannot name an item.
+    """
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidArgumentTypeError(
+            f"{what} takes a list of ids (or None for all), not a {type(ids).__name__}: pass "
+            f"[{ids!r}] for one id"
+        )
+    checked = []
+    for index, item_id in enumerate(ids):
+        if not isinstance(item_id, str):
+            raise InvalidArgumentTypeError(
+                f"{what}: ids[{index}] must be a str, not {type(item_id).__name__}"
+            )
+        problem = id_problem(item_id)
+        if problem is not None:
+            raise InvalidArgumentError(f"{what}: ids[{index}]: {problem}")
+        checked.append(item_id)
+    return checked
 
 
 def held_token(item: object) -> tuple[Item, str]:
@@ -126,15 +160,18 @@ def when_due(delay: float | datetime | None) -> tuple[int, int]:
 def check_page(start: int, count: int) -> None:
     """Validate a page of a listing: ``start`` an int (negative counts from the end).
 
-    ``count`` must be a positive int.
+    ``count`` must be a positive int; both at most :data:`MAX_INDEX` in size.
 
     Raises:
         InvalidArgumentError: Either is not.
     """
-    if isinstance(start, bool) or not isinstance(start, int):
-        raise InvalidArgumentError(f"start must be an int, got {start!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
+    if isinstance(start, bool) or not isinstance(start, int) or abs(start) > MAX_INDEX:
+        raise InvalidArgumentError(
+            f"start must be an int from -2**53 to 2**53 (negative counts from the end), got "
+            f"{start!r}"
+        )
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INDEX:
+        raise InvalidArgumentError(f"count must be an int from 1 to 2**53, got {count!r}")
 
 
 def check_preview(preview_bytes: int | None) -> int:
@@ -159,10 +196,13 @@ def check_item_id(item_id: object) -> str:
     """Validate an item id given alone (as to ``item_data``).
 
     Raises:
-        InvalidArgumentError: It is not a str.
+        InvalidArgumentError: It is not a str, or cannot name an item (see ``id_problem``).
     """
     if not isinstance(item_id, str):
         raise InvalidArgumentTypeError(f"item_id must be a str, not {type(item_id).__name__}")
+    problem = id_problem(item_id)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
     return item_id
 
 
@@ -196,3 +236,37 @@ def check_refresh_secs(value: float | str, name: str = "refresh_secs") -> float:
             f"{MAX_REFRESH_SECS:g}, not {value!r}"
         )
     return float(number)
+
+
+#: The most bytes a kept result may hold, and a progress report.
+MAX_RESULT_BYTES = 16 << 20
+MAX_PROGRESS_BYTES = 4096
+
+
+def check_result(result: object, keep_ms: int) -> bytes:
+    """A result to keep, as bytes (str as UTF-8, None as empty).
+
+    Raises:
+        InvalidArgumentError: The queue keeps no results (``keep_ms`` is 0), the result is not
+            bytes, str or None, or it is longer than :data:`MAX_RESULT_BYTES`.
+    """
+    if not keep_ms:
+        raise InvalidArgumentError(
+            "complete(..., result=...) needs a queue that keeps results: make it with "
+            "WorkQueue(..., keep_results=seconds)"
+        )
+    if result is None:
+        return b""
+    if isinstance(result, str):
+        result = result.encode("utf-8", "surrogateescape")
+    if not isinstance(result, bytes):
+        raise InvalidArgumentTypeError(
+            f"result must be bytes or str, not {type(result).__name__} (encode it, as JSON for "
+            "example)"
+        )
+    if len(result) > MAX_RESULT_BYTES:
+        raise InvalidArgumentError(
+            f"result is {len(result)} bytes, more than the limit of {MAX_RESULT_BYTES} "
+            "(16 MiB): keep large results elsewhere and return their key"
+        )
+    return result

@@ -127,7 +127,7 @@ class Worker(Shell):
         backoff: Delay before the first retry of a failed item, doubled for each further
             delivery (with up to 10% random jitter).
         max_backoff: The longest retry delay.
-        poll_secs: How often an idle worker looks at the stop flag.
+        poll_secs: How often an idle worker looks at the stop flag (at least 0.01 s).
         timeout: Give up a handler that runs longer than this many seconds: its lease is no
             longer renewed and its item is released as a failure with reason ``timeout``
             (counted in ``failed`` and ``timed_out``; ``max_deliveries`` applies as to any
@@ -204,6 +204,12 @@ class Worker(Shell):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled(signum)
+
+    def _mode(self) -> str:
+        return "processes" if self.processes else "threads"
+
+    def _source(self) -> Any:
+        return self.redis_url
 
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
@@ -332,7 +338,7 @@ class Worker(Shell):
         assert isinstance(self.redis_url, str)  # checked in __init__
         return ChildConfig(
             redis_url=self.redis_url,
-            queues=tuple((q.name.prefix, q.max_deliveries) for q in self.queues),
+            queues=tuple((q.name.prefix, q.max_deliveries, q.keep_results) for q in self.queues),
             handler=self.handler,
             lease_secs=self.lease_secs,
             backoff=self.backoff,

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..aio import AsyncWorkQueue
+from ..cli import plural
 from ..connect import mask
 from ..errors import InvalidArgumentError, WorkQueueError
 from ..keyprefix import KeyPrefix
@@ -234,15 +235,30 @@ async def overview(request: Request) -> Response:
 
 
 async def queue_detail(request: Request) -> Response:
-    """One queue's waiting items, pending leases, dead letters and live workers."""
+    """One queue's waiting items, pending leases, dead letters and live workers.
+
+    With ``&tab=waiting|leased|delayed|dead&page=N``, one page of that tab and the queue's
+    counts instead (the console's view).
+    """
     state = _state(request)
     name = request.query_params.get("name", "")
+    tab = request.query_params.get("tab")
+    if tab is not None and tab not in data.TABS:
+        return _json({"ok": False, "error": f"no tab {tab!r}: one of {', '.join(data.TABS)}"}, 400)
+    try:
+        page_no = int(request.query_params.get("page", "1"))
+    except ValueError:
+        return _json({"ok": False, "error": "page must be a number (1 is the first)"}, 400)
+    if not 1 <= page_no <= data.MAX_PAGE:
+        return _json({"ok": False, "error": f"page must be 1 to {data.MAX_PAGE}"}, 400)
 
     async def work() -> dict[str, Any]:
         await state.queue_names()
         if not state.known(name):
             raise _NotShown(name)
         try:
+            if tab is not None:
+                return {"ok": True, **(await data.queue_tab(state.db, name, tab, page_no))}
             return {"ok": True, **(await data.queue_detail(state.db, name))}
         except UNREACHABLE:
             raise
@@ -253,6 +269,42 @@ async def queue_detail(request: Request) -> Response:
         return await _guarded(state, work)
     except _NotShown:
         return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def job_detail(request: Request) -> Response:
+    """One job's page: ``?name=<queue>&id=<id>`` (bounded reads; see ``data.job_detail``)."""
+    state = _state(request)
+    name = request.query_params.get("name", "")
+    item_id = request.query_params.get("id")
+    if not item_id:
+        return _json({"ok": False, "error": "name the job: ?name=QUEUE&id=ID"}, 400)
+
+    async def work() -> dict[str, Any]:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        return {"ok": True, **(await data.job_detail(state.db, name, item_id))}
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def workers(request: Request) -> Response:
+    """The live workers of every queue shown, each once."""
+    state = _state(request)
+
+    async def work() -> dict[str, Any]:
+        names = await state.queue_names()
+        return {
+            "ok": True,
+            "time": data.now(),
+            "workers": await data.workers_everywhere(state.db, names),
+            "durations": await data.queue_durations(state.db, names),
+        }
+
+    return await _guarded(state, work)
 
 
 async def item_data(request: Request) -> Response:
@@ -353,6 +405,10 @@ async def _checked_action(
             raise _Refused(400, str(err)) from err
     if kind == "flush" and body.get("confirm") != name:
         raise _Refused(400, f"type the queue's name ({name}) to confirm the flush")
+    if kind in ("requeue", "purge") and ids is None and body.get("confirm") != name:
+        raise _Refused(
+            400, f"type the queue's name ({name}) to confirm {kind} of every dead letter"
+        )
     return name, kind, ids
 
 
@@ -370,9 +426,9 @@ async def action(request: Request) -> Response:
             raise _NotShown(name)
         queue = AsyncWorkQueue(KeyPrefix(name))
         if kind == "requeue":
-            message = f"requeued {await queue.requeue_dead(state.db, ids)} dead letters"
+            message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":
-            message = f"purged {await queue.purge_dead(state.db, ids)} dead letters"
+            message = f"purged {plural(await queue.purge_dead(state.db, ids), 'dead letter')}"
         elif kind == "light-clean":
             message = _clean_message(await queue.light_clean(state.db))
         elif kind == "deep-clean":
@@ -595,6 +651,8 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             Route("/api/overview", overview),
             Route("/api/queue", queue_detail),
             Route("/api/data", item_data),
+            Route("/api/job", job_detail),
+            Route("/api/workers", workers),
             Route("/api/action", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],

@@ -99,12 +99,17 @@ class LeaseRequest:
 
         Raises:
             InvalidArgumentError: ``count`` is not a positive int, ``lease_secs`` not a positive
-                number of seconds, or (when blocking) ``timeout`` not zero or positive.
+                number of seconds, or (when blocking) ``timeout`` not zero or positive. A
+                positive ``timeout`` shorter than one millisecond waits one millisecond.
         """
         if type(count) is not int or count < 1:
             raise InvalidArgumentError(f"count must be a positive int, got {count!r}")
         lease_ms = to_ms(lease_secs, "lease_secs")
         timeout_ms = to_ms(timeout, "timeout", minimum=0) if block else 0
+        if block and timeout_ms == 0 and timeout > 0:
+            # Below half a millisecond: never 0 ms, which Redis and this engine read as
+            # "no limit".
+            timeout_ms = 1
         return cls(count, lease_ms, bool(at_most_once), bool(block), timeout_ms, max_block)
 
     def blocking_at_most(self, max_block: float) -> LeaseRequest:

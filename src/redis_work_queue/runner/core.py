@@ -17,6 +17,7 @@ synchronous client and on an asyncio one.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import random
@@ -36,8 +37,9 @@ from ..ops import health as health_ops
 from ..ops import lease as lease_ops
 from ..ops import schedules as schedule_ops
 from ..queue_base import QueueBase
-from ..results import Released
-from .actions import Flag, Handle, Loop, Pause, Replace
+from ..results import Released, Renewed
+from ..validation import check_result
+from .actions import Flag, Handle, Loop, Pause, Replace, Returned
 from .options import Options
 from .retry import GaveUp, Outage, backoff_delay, once, retrying
 
@@ -67,12 +69,15 @@ class WorkerStats:
         lost: Items whose handler returned but that someone else had completed, or whose lease
             could not be renewed.
         timed_out: Of the failed items, those whose handler ran past its timeout.
+        cancelled: Items cancelled (``WorkQueue.cancel``) while their handler ran: the handler
+            was stopped as for a timeout, and nothing was written.
     """
 
     completed: int = 0
     failed: int = 0
     lost: int = 0
     timed_out: int = 0
+    cancelled: int = 0
 
     def add(self, other: WorkerStats) -> None:
         """Add another worker's counts to these."""
@@ -80,6 +85,7 @@ class WorkerStats:
         self.failed += other.failed
         self.lost += other.lost
         self.timed_out += other.timed_out
+        self.cancelled += other.cancelled
 
 
 # Failure records --------------------------------------------------------------------------------
@@ -161,6 +167,7 @@ def _with_traceback(head: str, err: BaseException, limit: int) -> str:
 # Held jobs --------------------------------------------------------------------------------------
 
 RUNNING, DONE, LOST, TIMED_OUT, ENDED = "running", "done", "lost", "timed out", "ended"
+CANCELLED = "cancelled"
 
 
 @dataclass(eq=False)
@@ -192,6 +199,8 @@ class Held:
         self.abandoned: set[Job] = set()
         #: Jobs whose handler is gone without an outcome, to be failed (see :meth:`end`).
         self.ended: list[tuple[Job, str]] = []
+        #: Cancelled jobs whose handler the watchdog is to stop (see :meth:`cancel_later`).
+        self.to_stop: list[Job] = []
 
     def hold(self, job: Job) -> None:
         """Hold ``job`` in its slot: renewed, and timed out past its deadline."""
@@ -274,6 +283,33 @@ class Held:
                 self._drop(job)
                 self.abandoned.add(job)
             return late
+
+    def cancel(self, job: Job) -> bool:
+        """The job's item was cancelled: stop renewing it; whether its handler still runs.
+
+        A running handler's job is marked, and abandoned until its handler is stopped.
+        """
+        with self._lock:
+            self._drop(job)
+            if job.state != RUNNING:
+                return False
+            job.state = CANCELLED
+            self.abandoned.add(job)
+            return True
+
+    def cancel_later(self, job: Job) -> bool:
+        """As :meth:`cancel`; the watchdog stops the handler (see :meth:`take_to_stop`)."""
+        if not self.cancel(job):
+            return False
+        with self._lock:
+            self.to_stop.append(job)
+        return True
+
+    def take_to_stop(self) -> list[Job]:
+        """The cancelled jobs whose handler is to be stopped, since the last call."""
+        with self._lock:
+            jobs, self.to_stop = self.to_stop, []
+            return jobs
 
     def stuck(self, now: float) -> int:
         """Handlers running past their timeout: abandoned ones, and ones not yet timed out."""
@@ -361,13 +397,21 @@ class Core:
 
     # Counts and state ---------------------------------------------------------------------------
 
-    def count(self, completed: int = 0, failed: int = 0, lost: int = 0, timed_out: int = 0) -> None:
+    def count(
+        self,
+        completed: int = 0,
+        failed: int = 0,
+        lost: int = 0,
+        timed_out: int = 0,
+        cancelled: int = 0,
+    ) -> None:
         """Add to this worker's counts."""
         with self._lock:
             self.stats.completed += completed
             self.stats.failed += failed
             self.stats.lost += lost
             self.stats.timed_out += timed_out
+            self.stats.cancelled += cancelled
 
     def totals(self) -> WorkerStats:
         """This worker's counts, with those its child processes reported."""
@@ -471,12 +515,18 @@ class Core:
         if self.listener is not None:
             self.listener.started(self, job)
         begun = time.monotonic()
-        raised: BaseException | None = yield Handle(job.item)
+        reply: BaseException | Returned | None = yield Handle(job.item, job.queue)
         took = time.monotonic() - begun
+        raised, kept = self._outcome(job, reply)
         state = self.held.finish(job)
         if state == TIMED_OUT:
             logger.warning(
                 "%s returned after its timeout: its result is discarded", self._name(job)
+            )
+            return False
+        if state == CANCELLED:
+            logger.info(
+                "%s returned after it was cancelled: its result is discarded", self._name(job)
             )
             return False
         self.durations.observe(
@@ -486,7 +536,7 @@ class Core:
             if self.abort_flag.is_set():
                 return False
             if raised is None:
-                return (yield from self._settle_success(job, lost=state == LOST))
+                return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
             reason = failure_reason(raised)
             if state == LOST:
@@ -503,8 +553,39 @@ class Core:
             if self.listener is not None:
                 self.listener.ended(self, job)
 
-    def _complete(self, job: Job) -> Steps[tuple[bool, Looked | None]]:
-        """Complete the job's item; unless the worker is stopping, lease the next in the call."""
+    @staticmethod
+    def _outcome(
+        job: Job, reply: BaseException | Returned | None
+    ) -> tuple[BaseException | None, bytes | None]:
+        """What a handler raised, else the result to keep (None: the queue keeps none).
+
+        A return value is kept as bytes: bytes as they are, str as UTF-8, None as empty, any
+        other value as JSON. One that cannot be kept (not JSON-able, too long) is the item's
+        failure.
+        """
+        if isinstance(reply, BaseException):
+            return reply, None
+        keep = job.queue.ops.keep_results_ms
+        if not keep:
+            return None, None
+        value = reply.value if isinstance(reply, Returned) else None
+        try:
+            if isinstance(value, bytearray | memoryview):
+                value = bytes(value)
+            elif value is not None and not isinstance(value, bytes | str):
+                value = json.dumps(value, allow_nan=False)
+            return None, check_result(value, keep)
+        except (TypeError, ValueError) as err:
+            return TypeError(f"the handler's return value cannot be kept as a result: {err}"), None
+
+    def _complete(self, job: Job, kept: bytes | None) -> Steps[tuple[bool, Looked | None]]:
+        """Complete the job's item; unless the worker is stopping, lease the next in the call.
+
+        With a result to keep, the completion keeps it (and leases nothing).
+        """
+        if kept is not None:
+            done = yield from job.queue.ops.complete_one(job.item, None, kept)
+            return done, None
         if self.stop_flag.is_set():
             done = yield from job.queue.ops.complete_one(job.item)
             return done, None
@@ -513,7 +594,7 @@ class Core:
         )
         return done, Looked(None if found is None else (self.queues[found[0]], found[1]))
 
-    def _settle_success(self, job: Job, lost: bool) -> Loop[bool | Looked]:
+    def _settle_success(self, job: Job, lost: bool, kept: bytes | None) -> Loop[bool | Looked]:
         """Complete the item; a lost reply is retried after reconnecting.
 
         The lease of a call whose reply was lost is left to run out.
@@ -521,7 +602,7 @@ class Core:
         Returns:
             What was leased with the completion, or True when nothing was looked at.
         """
-        complete = functools.partial(self._complete, job)
+        complete = functools.partial(self._complete, job, kept)
         tried = yield from retrying(complete, self.outage, self.abort_flag, self.abort_flag.is_set)
         if isinstance(tried, GaveUp):
             logger.warning(
@@ -639,6 +720,8 @@ class Core:
             if self.options.timeout is not None:
                 for job in self.held.time_out(time.monotonic()):
                     yield from self._time_out(job)
+            for job in self.held.take_to_stop():  # cancelled jobs of child processes
+                yield Replace(job)
             if not self.renews:
                 continue
             for job in self.held.due(time.monotonic(), every):
@@ -653,12 +736,30 @@ class Core:
         tried = yield from retrying(renew, self.outage, self.finished, once)
         if isinstance(tried, GaveUp):
             return  # the next tick tries again
-        if tried.value:
+        if tried.value == Renewed.CANCELLED:
+            yield from self._cancelled(job)
+        elif tried.value:
             job.renewed = asked
         elif self.held.lose(job):
             logger.warning("lost the lease on %s", self._name(job))
         else:  # it reached Redis after the completion or release (a slow or paused server)
             logger.debug("the renewal of %s came after its handler returned", self._name(job))
+
+    def _cancelled(self, job: Job) -> Loop[None]:
+        """The renewal found the item cancelled: stop its handler as for a timeout.
+
+        A worker process tells its parent, which kills it (and starts another) as it kills one
+        whose handler ran past its timeout.
+        """
+        tell = getattr(self.listener, "cancelled", None)
+        if not self.held.cancel(job):
+            return  # the handler had returned: its outcome found the item gone
+        logger.info("%s was cancelled: its handler is stopped%s", self._name(job), self.describe)
+        if tell is not None:
+            tell(self, job)  # the parent counts it
+        else:
+            self.count(cancelled=1)
+            yield Replace(job)
 
     def _time_out(self, job: Job) -> Loop[None]:
         assert self.options.timeout is not None

@@ -14,7 +14,7 @@ from ..validation import MAX_SECS
 
 #: The most handlers one worker runs at once; run more workers for more.
 MAX_CONCURRENCY = 10_000
-#: The shortest lease and the shortest clean and heartbeat intervals, in seconds.
+#: The shortest lease and the shortest poll, clean and heartbeat intervals, in seconds.
 MIN_LEASE_SECS = 0.01
 MIN_INTERVAL_SECS = 0.01
 #: The longest poll of an idle worker, in seconds.
@@ -148,6 +148,7 @@ def check_options(
     lease = _seconds("lease_secs", lease_secs, "30")
     _at_least("lease_secs", lease, lease_secs, MIN_LEASE_SECS, "30")
     poll = _seconds("poll_secs", poll_secs, "1")
+    _at_least("poll_secs", poll, poll_secs, MIN_INTERVAL_SECS, "1")
     if poll > MAX_POLL_SECS:
         raise InvalidArgumentError(
             f"poll_secs must be at most {MAX_POLL_SECS}, got {poll_secs!r}: pass e.g. poll_secs=1"
