@@ -12,7 +12,9 @@ from typing import Any
 
 import redis
 
+from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
 from ours_workloads import OURS_ONLY
+from sharded_workloads import SHARDED
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -114,7 +116,7 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db), OURS_ONLY)
+    worker_main(lambda db: OursQueue(rwq, db), {**OURS_ONLY, **SHARDED, **FUNCTIONS_WORKLOADS})
 
 
 if __name__ == "__main__":

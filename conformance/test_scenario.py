@@ -344,7 +344,7 @@ def blocking(lane: Lane, check: Check) -> None:
         lane.do(lane.lease_from, [hi, lo], 30, timeout=0.3),
         None,
     )
-    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=0.6), True)
+    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=1.5), True)
     started = time.monotonic()
     check("the delayed item is not leased early", lane.do(q.lease, 30, block=False), None)
     check(
@@ -613,7 +613,31 @@ def scheduling(lane: Lane, check: Check) -> None:
     )
 
 
+def sharding(lane: Lane, check: Check) -> None:
+    q = lane.queue("shq", shards=3)
+    batch = [Item(f"d{i}".encode(), id=f"s{i}") for i in range(6)]
+    check("add_items over the shards", lane.do(q.add_items, batch), [True] * 6)
+    check("an id meets its shard again", lane.do(q.add_item, Item(b"x", id="s4")), False)
+    check(
+        "shard_stats",
+        lane.do(q.shard_stats),
+        lambda r: (
+            [row.prefix for row in r] == ["{shq:0}", "{shq:1}", "{shq:2}"]
+            and sum(row.stats.queued for row in r) == 6
+        ),
+        keys=lambda s: all(k.startswith(b"{shq:") for k in s),
+    )
+    check("stats summed", lane.do(q.stats), QueueStats(6, 0, 0, 0, 0))
+    check(
+        "peek merged",
+        lane.do(q.peek, 0, 10),
+        lambda r: sorted(i.id for i in r) == [f"s{i}" for i in range(6)],
+    )
+    check("flush every shard", lane.do(q.flush), lambda r: r.items == 6)
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "sharding": sharding,
     "adding": adding,
     "leasing": leasing,
     "blocking": blocking,

@@ -704,6 +704,7 @@ RUNNABLE: dict[str, list[str]] = {
     "cancel": [P, "an-id"],
     "promote": [P, "an-id"],
     "retry": [P, "an-id"],
+    "functions": ["status"],
 }
 
 

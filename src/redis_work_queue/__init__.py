@@ -29,6 +29,7 @@ from .keyprefix import KeyPrefix
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
 from .ops.schedules import Schedule
+from .ops.sharded import ShardStats
 from .results import (
     CleanProgress,
     CleanReport,
@@ -106,6 +107,7 @@ __all__ = [
     "ResultTimeoutError",
     "Schedule",
     "ScriptError",
+    "ShardStats",
     "WorkQueue",
     "WorkQueueError",
     "Worker",

@@ -17,8 +17,10 @@ from .item import Item
 from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
+from .ops import sharded as sharded_ops
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -364,6 +366,10 @@ class AsyncWorkQueue(QueueBase):
     async def report_progress(self, db: AsyncClient, item: Item, progress: object) -> bool:
         """See :meth:`WorkQueue.report_progress`."""
         return await arun(db, jobs.report_progress(self.ops, item, progress))
+
+    async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
+        """See :meth:`WorkQueue.shard_stats`."""
+        return await arun(db, sharded_ops.shard_stats(self.ops))
 
 
 async def lease_from(

@@ -896,6 +896,18 @@ def build_parser() -> argparse.ArgumentParser:
     _job_commands(command)
 
     p = command(
+        "functions",
+        help="load the function library ahead (install), or show which servers have it",
+        description="Redis 7 and later: 'install' loads this release's function library "
+        "(FUNCTION LOAD) on the server, or every primary of a cluster; 'status' lists the "
+        "package's libraries on each and exits 1 when one lacks this release's. Clients load "
+        "it themselves when they may (FUNCTION LOAD granted); install serves users that may "
+        "only call it (FCALL).",
+    )
+    p.add_argument("action", choices=("install", "status"), help="install or status")
+    p.set_defaults(func=_functions)
+
+    p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
         description="Run a producer, worker processes (one of which crashes) and a cleaner on "
@@ -1143,6 +1155,24 @@ def _schedule_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECS", help="default 0.5")
     p.add_argument("--once", action="store_true", help="run once, print what was added")
     p.set_defaults(func=_scheduler)
+
+
+def _functions(args: argparse.Namespace, db: Any) -> int:
+    """``rwq functions install|status``."""
+    from . import functions  # noqa: PLC0415 - only this command needs it
+
+    nodes = functions.install(db) if args.action == "install" else functions.status(db)
+    name = functions.library().name
+    if args.json:
+        rows = [{"node": n.node, "loaded": n.loaded, "libraries": list(n.libraries)} for n in nodes]
+        print(json.dumps({"library": name, "nodes": rows}))
+    else:
+        for n in nodes:
+            others = [lib for lib in n.libraries if lib != name]
+            state = "loaded" if n.loaded else "not loaded"
+            extra = f" (also: {', '.join(others)})" if others else ""
+            print(f"{n.node}: {name} {state}{extra}")
+    return 0 if all(n.loaded for n in nodes) else EXIT_FAILED
 
 
 # Running ----------------------------------------------------------------------------------------

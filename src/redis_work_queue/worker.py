@@ -338,7 +338,10 @@ class Worker(Shell):
         assert isinstance(self.redis_url, str)  # checked in __init__
         return ChildConfig(
             redis_url=self.redis_url,
-            queues=tuple((q.name.prefix, q.max_deliveries, q.keep_results) for q in self.queues),
+            queues=tuple(
+                (q.name.prefix, q.max_deliveries, q.keep_results, q.shards, q.shards_before)
+                for q in self.queues
+            ),
             handler=self.handler,
             lease_secs=self.lease_secs,
             backoff=self.backoff,

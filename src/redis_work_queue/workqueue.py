@@ -13,9 +13,11 @@ from .item import Item
 from .ops import PIPELINE_CHUNK, jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
+from .ops import sharded as sharded_ops
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -918,6 +920,16 @@ class WorkQueue(QueueBase):
                 not JSON-able or too long.
         """
         return run(db, jobs.report_progress(self.ops, item, progress))
+
+    # Shards -----------------------------------------------------------------------------------
+
+    def shard_stats(self, db: SyncClient) -> list[ShardStats]:
+        """Each shard's counts by state and counters: the per-shard view of :meth:`stats`.
+
+        An unsharded queue has one row, its own. For dashboards and for finding a hot or a
+        stuck shard (see :doc:`sharding`).
+        """
+        return run(db, sharded_ops.shard_stats(self.ops))
 
 
 def lease_from(

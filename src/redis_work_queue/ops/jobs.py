@@ -183,7 +183,7 @@ def promote(ops: QueueOps, item_id: str) -> Steps[bool]:
 def retry(ops: QueueOps, item_id: str) -> Steps[bool]:
     """Put one dead letter back on the queue (as ``requeue_dead`` of one id); True when it was."""
     item_id = check_item_id(item_id)
-    requeued, _ = yield requeue_dead_call(ops.keys, "ids", item_id)
+    requeued, *_ = yield requeue_dead_call(ops.keys, "ids", item_id)
     return bool(int(requeued))
 
 
