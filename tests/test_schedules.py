@@ -579,3 +579,14 @@ def test_resuming_a_schedule_replaced_meanwhile_reads_it_again_then_gives_up() -
             call = steps.send(-1)  # replaced meanwhile: read again
     with pytest.raises(ops.ConcurrentChangeError, match="resume it again"):
         steps.send(-1)
+
+
+def test_utc_needs_no_zone_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(key: str) -> None:
+        raise ops.ZoneInfoNotFoundError(key)
+
+    monkeypatch.setattr(ops, "ZoneInfo", missing)
+    spec = Spec.of("0 2 * * *", None, "UTC", None, None, "one", "add")
+    assert spec.after(0) == 2 * 3_600_000
+    with pytest.raises(InvalidArgumentError, match="pip install tzdata"):
+        Spec.of("0 2 * * *", None, "Europe/Paris", None, None, "one", "add")
