@@ -3,13 +3,13 @@ and 10,000 schedules of one queue.
 
 Workload ``schedules_tick`` (``ours_workloads.py``): for each count, the schedules are written,
 then the call the runners and ``rwq scheduler`` make (``ops.schedules.run_steps``) is timed by
-the server (``INFO commandstats``, the EVALSHA time of its script calls): with nothing due (the
-usual call), and with every schedule due (the call then takes the 25 soonest and adds one
-occurrence each); the median call of each case is reported. Its cost must not grow with the
-number of schedules: the due ones are read from a sorted set by due time, at most 25 per call.
-A hundred times more schedules would cost a hundred times more if it did; what is left is
-Redis's larger encodings past 128 entries (a skip list and a hash table instead of a listpack)
-and the logarithm of the sorted set's size.
+the server (``INFO commandstats``, the time of its script calls, as scripts or functions): with
+nothing due (the usual call), and with every schedule due (the call then takes the 25 soonest
+and adds one occurrence each); the median call of each case is reported. Its cost must not
+grow with the number of schedules: the due ones are read from a sorted set by due time, at
+most 25 per call. A hundred times more schedules would cost a hundred times more if it did;
+what is left is Redis's larger encodings past 128 entries (a skip list and a hash table instead
+of a listpack) and the logarithm of the sorted set's size.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def report(results: Results, quick: bool) -> list[str]:
     del quick
     if ("schedules:tick", "ours") not in results:
         return []
-    lines = ["Schedules: server time per scheduler call (EVALSHA, INFO commandstats):"]
+    lines = ["Schedules: server time per scheduler call (EVALSHA/FCALL, INFO commandstats):"]
     lines.append(f"  {'schedules':>10}  {'nothing due':>12}  {'all due (25 taken)':>20}")
     for count in COUNTS:
         idle, due = _ms(results, count, "idle"), _ms(results, count, "due")

@@ -140,12 +140,13 @@ def test_listing_reads_in_pages(db: redis.Redis, monkeypatch: pytest.MonkeyPatch
 def test_occurrences_are_ordinary_items_with_ids_of_name_and_due_time(
     db: redis.Redis, queue: WorkQueue
 ) -> None:
-    queue.schedule(db, "tick", every=0.2, data=b"work")
-    time.sleep(0.5)
+    queue.schedule(db, "tick", every=30, data=b"work")
+    now = server_ms(db)
+    set_due(db, queue, "tick", now - now % 30_000)  # due
     (first,) = queue.run_schedules(db)
     assert queue.run_schedules(db) == []  # nothing more is due yet
     name, due = occurrence_time(first)  # type: ignore[misc]
-    assert name == "tick" and round(due * 1000) % 200 == 0
+    assert name == "tick" and round(due * 1000) == now - now % 30_000
     assert first == occurrence_id("tick", round(due * 1000))
     assert first.startswith("tick@") and first.endswith("Z")
     item = queue.lease(db, 30, block=False)
@@ -189,20 +190,35 @@ def test_overlap_skip_adds_nothing_while_the_last_occurrence_exists(
 
 def test_start_and_end_bound_the_due_times(db: redis.Redis, queue: WorkQueue) -> None:
     now = server_ms(db) / 1000
-    start = now + 0.3
-    queue.schedule(db, "window", every=0.1, start=start, end=start + 0.25)
-    (listed,) = queue.schedules(db)
-    assert listed.next_due == pytest.approx(start, abs=0.001)
-    time.sleep(0.2)
-    assert queue.run_schedules(db) == []  # not before start
-    time.sleep(0.6)
-    added = queue.run_schedules(db)
-    assert len(added) == 1  # catch_up="one"
-    assert occurrence_time(added[0])[1] == pytest.approx(start + 0.2, abs=0.001)  # type: ignore[index]
-    (listed,) = queue.schedules(db)
-    assert listed.next_due is None and not listed.paused  # none left before end
-    time.sleep(0.2)
+    start = now + 3600
+    queue.schedule(db, "later", every=0.1, start=start, end=start + 0.25)
+    queue.schedule(db, "over", every=1, start=now - 10, end=now - 5)
+    queue.schedule(db, "window", every=10, end=now - 1)
+    listed = {s.name: s for s in queue.schedules(db)}
+    assert listed["later"].next_due == pytest.approx(start, abs=0.001)  # not before start
+    assert listed["later"].start == pytest.approx(start, abs=0.001)
+    assert listed["over"].next_due is None and not listed["over"].paused  # none left
     assert queue.run_schedules(db) == []
+    # As if the window's last due time had been missed: its one occurrence is added, and no
+    # due time is left after it.
+    last = int(now * 1000 - 1_000) // 10_000 * 10_000
+    set_due(db, queue, "window", last)
+    (added,) = queue.run_schedules(db)
+    assert added == occurrence_id("window", last)
+    listed = {s.name: s for s in queue.schedules(db)}
+    assert listed["window"].next_due is None and listed["window"].last_id == added
+
+
+def test_start_and_end_in_the_due_times_computed() -> None:
+    spec = Spec.of(None, 0.1, "UTC", 1_000, 1_000.25, "all", "add")
+    assert spec.after(0) == 1_000_000  # the first at start
+    assert spec.after(1_000_000) == 1_000_100
+    assert spec.after(1_000_200) is None  # none left before end
+    assert spec.plan(1_000_000, 2_000_000) == ([1_000_000, 1_000_100, 1_000_200], None)
+    cron = Spec.of("0 * * * *", None, "UTC", 3_600 * 10 + 1, 3_600 * 12, "one", "add")
+    assert cron.after(0) == 3_600_000 * 11
+    assert cron.after(3_600_000 * 11) == 3_600_000 * 12
+    assert cron.after(3_600_000 * 12) is None
 
 
 # Exactly once -----------------------------------------------------------------------------------
@@ -519,9 +535,10 @@ def test_a_due_schedule_on_a_server_out_of_memory_changes_nothing(full_db: redis
 
 def test_a_turn_calls_again_while_the_limit_was_due(db: redis.Redis) -> None:
     queue = WorkQueue(QUEUE)
+    now = server_ms(db)
     for k in range(60):
-        queue.schedule(db, f"s{k}", every=0.1)
-    time.sleep(0.15)
+        queue.schedule(db, f"s{k}", every=60)
+        set_due(db, queue, f"s{k}", now - now % 60_000)
     assert len(queue.run_schedules(db)) == ops.DUE_LIMIT  # one call: the limit
     assert len(queue.run_schedules(db, limit=3)) == 3
     added = run(db, ops.turn_steps(queue.keys))  # a turn: calls again while the limit was due
@@ -562,3 +579,14 @@ def test_resuming_a_schedule_replaced_meanwhile_reads_it_again_then_gives_up() -
             call = steps.send(-1)  # replaced meanwhile: read again
     with pytest.raises(ops.ConcurrentChangeError, match="resume it again"):
         steps.send(-1)
+
+
+def test_utc_needs_no_zone_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(key: str) -> None:
+        raise ops.ZoneInfoNotFoundError(key)
+
+    monkeypatch.setattr(ops, "ZoneInfo", missing)
+    spec = Spec.of("0 2 * * *", None, "UTC", None, None, "one", "add")
+    assert spec.after(0) == 2 * 3_600_000
+    with pytest.raises(InvalidArgumentError, match="pip install tzdata"):
+        Spec.of("0 2 * * *", None, "Europe/Paris", None, None, "one", "add")

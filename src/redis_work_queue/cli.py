@@ -1088,17 +1088,22 @@ def _scheduler(args: argparse.Namespace, db: Any) -> int:
         try:
             for queue in queues:
                 for added in transport.run(db, schedule_ops.turn_steps(queue.keys)):
-                    logging.getLogger(__name__).info("added %s to %s", added, queue.name.prefix)
+                    logger.info("added %s to %s", added, queue.name.prefix)
                     if args.once:
                         print(json.dumps({"queue": queue.name.prefix, "added": added}))
             if down:
-                logging.getLogger(__name__).info("Redis answers again")
+                logger.info("Redis answers again")
                 down = False
-        except (redis.ConnectionError, redis.TimeoutError) as err:
+        except (
+            redis.ConnectionError,
+            redis.TimeoutError,
+            redis.exceptions.OutOfMemoryError,
+            redis.exceptions.ReadOnlyError,
+        ) as err:
             if args.once:
                 raise
             if not down:
-                logging.getLogger(__name__).warning("cannot reach Redis, retrying: %s", err)
+                logger.warning("Redis cannot take the schedules' writes now, retrying: %s", err)
                 down = True
         if args.once or stop.wait(args.interval):
             return EXIT_OK

@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -95,19 +95,22 @@ def _cronsim() -> Any:
     return cronsim
 
 
-def _zone(tz: str) -> ZoneInfo:
+def _zone(tz: str) -> tzinfo:
+    """The time zone named ``tz``; UTC needs no zone database."""
     if not isinstance(tz, str):
         raise InvalidArgumentTypeError(f"tz must be a time zone name, not {type(tz).__name__}")
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError) as err:
+        if tz == "UTC":
+            return _UTC
         raise InvalidArgumentError(
             f"tz {tz!r} is not a known time zone: pass an IANA name such as 'Europe/Paris' or "
             "'UTC' (on a system without a zone database, pip install tzdata)"
         ) from err
 
 
-def _dt(ms: int, zone: ZoneInfo) -> datetime:
+def _dt(ms: int, zone: tzinfo) -> datetime:
     return datetime.fromtimestamp(ms // 1000, zone).replace(microsecond=(ms % 1000) * 1000)
 
 
