@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from batching_rows import WORKLOADS as BATCHING_WORKLOADS
 from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
 from ours_workloads import OURS_ONLY
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
@@ -115,7 +116,8 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db), {**OURS_ONLY, **FUNCTIONS_WORKLOADS})
+    extra = {**OURS_ONLY, **FUNCTIONS_WORKLOADS, **BATCHING_WORKLOADS}
+    worker_main(lambda db: OursQueue(rwq, db), extra)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class AsyncWorker(Shell):
         clean_secs: As for ``Worker``: the fleet's light clean, at most once per interval.
         heartbeat_secs: As for ``Worker``: the worker's registration and its heartbeat.
         health_file: As for ``Worker``: touched at each beat while the worker is healthy.
+        batch: As for ``Worker``: the tasks lease together and complete together.
 
     Raises:
         InvalidArgumentError: An argument is out of range (before anything starts).
@@ -79,6 +80,7 @@ class AsyncWorker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        batch: bool = True,
     ) -> None:
         self.options = check_options(
             queues,
@@ -94,6 +96,7 @@ class AsyncWorker(Shell):
             heartbeat_secs,
             health_file,
             asynchronous=True,
+            batch=batch,
         )
         if isinstance(db, str):
             db = aredis.Redis.from_url(

@@ -454,6 +454,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
             clean_secs=None if args.no_clean else args.clean_secs,
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
+            batch=not args.no_batch,
         )
     except InvalidArgumentError as err:
         raise Failure(EXIT_USAGE, str(err)) from err
@@ -818,6 +819,12 @@ def build_parser() -> argparse.ArgumentParser:
         "lease time)",
     )
     p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="with --concurrency above 1, each thread leases and completes its own items "
+        "(default: they lease together and complete together)",
+    )
     p.set_defaults(func=_worker)
 
     p = command(

@@ -144,6 +144,10 @@ class Worker(Shell):
         health_file: Touch this file at each heartbeat while the worker is healthy: not during
             an outage, nor when every handler is stuck past its timeout. A liveness probe
             checks its age.
+        batch: With several threads, lease for the slots waiting for an item in one call and
+            complete the handlers that returned together (see
+            :mod:`redis_work_queue.runner.batching`); False: each slot leases and completes
+            its own items. Worker processes each run one slot, which does not batch.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the handler is asynchronous
@@ -168,6 +172,7 @@ class Worker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        batch: bool = True,
     ) -> None:
         self.options: Options = check_options(
             queues,
@@ -182,6 +187,7 @@ class Worker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            batch=batch,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")

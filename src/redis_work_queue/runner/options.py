@@ -44,6 +44,7 @@ class Options:
     clean_secs: float | None = None
     heartbeat_secs: float | None = None
     health_file: str | None = None
+    batch: bool = True
 
 
 def _seconds(name: str, value: object, example: str, *, zero: bool = False) -> float:
@@ -119,6 +120,7 @@ def check_options(
     health_file: str | os.PathLike[str] | None = None,
     *,
     asynchronous: bool = False,
+    batch: bool = True,
 ) -> Options:
     """Validate the options every worker runner takes, before anything starts.
 
@@ -169,7 +171,12 @@ def check_options(
     if beat is not None:
         _at_least("heartbeat_secs", beat, heartbeat_secs, MIN_INTERVAL_SECS, "5")
     path = None if health_file is None else _health_file(health_file, beat)
-    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path)
+    if not isinstance(batch, bool):
+        raise InvalidArgumentError(
+            f"batch must be True or False, got {batch!r}: pass batch=False to lease and "
+            "complete one item per call in each slot"
+        )
+    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path, batch)
 
 
 def _health_file(health_file: object, beat: float | None) -> str:
