@@ -60,7 +60,9 @@ class Batch:
         self._waiting = 0
         self._leasing = False
         self._arrived = Flag()
-        self._pending: list[tuple[Job, bool]] = []
+        #: Completions handed over: the job, whether it lost its lease, and the outages begun
+        #: by then.
+        self._pending: list[tuple[Job, bool, int]] = []
         self._writing = False
 
     # Leasing ------------------------------------------------------------------------------------
@@ -149,7 +151,7 @@ class Batch:
         Returns True (the slot goes on).
         """
         with self._lock:
-            self._pending.append((job, lost))
+            self._pending.append((job, lost, self.core.outage.started))
             if self._writing:
                 return True
             self._writing = True
@@ -166,23 +168,26 @@ class Batch:
                 self._writing = False
             raise
 
-    def write(self, jobs: Sequence[tuple[Job, bool]]) -> Loop[None]:
+    def write(self, jobs: Sequence[tuple[Job, bool, int]]) -> Loop[None]:
         """Complete ``jobs``: one call per queue (per chunk of ids), counted per job.
 
         Each call is retried after a lost reply; each job is counted by
-        :meth:`.core.Core.counted`, as a slot's own completion is.
+        :meth:`.core.Core.counted`, as a slot's own completion is. A job handed over before an
+        outage began and written after it counts as a completion retried across the outage
+        (its slot, unbatched, would have sent it before and retried it): an item the call
+        finds gone then counts as completed, as it does for one call retried.
         """
-        by_queue: dict[str, list[tuple[Job, bool]]] = {}
+        by_queue: dict[str, list[tuple[Job, bool, int]]] = {}
         for entry in jobs:
             by_queue.setdefault(entry[0].queue.name.prefix, []).append(entry)
         core = self.core
         for group in by_queue.values():
             queue = group[0][0].queue
-            items = [job.item for job, _ in group]
+            items = [job.item for job, _, _ in group]
             complete = functools.partial(queue.ops.complete, items)
             tried = yield from core.retrying_completion(complete)
             if isinstance(tried, GaveUp):
-                for job, _ in group:
+                for job, _, _ in group:
                     logger.warning(
                         "could not complete %s of %s (%s): aborted, left to its lease",
                         job.item.id(),
@@ -192,8 +197,10 @@ class Batch:
                     core.count(lost=1)
                 continue
             done = {item.id() for item in tried.value}
-            for job, lost in group:
-                core.counted(job, job.item.id() in done, lost, tried.retried)
+            outages = core.outage.started
+            for job, lost, before in group:
+                retried = tried.retried or outages != before
+                core.counted(job, job.item.id() in done, lost, retried)
 
 
 def _slot_keys(ops: Sequence[QueueOps]) -> tuple[str, ...]:

@@ -125,7 +125,7 @@ def transient(err: BaseException) -> bool:
 
 
 #: How soon after an outage's end a failed call continues it quietly (see :meth:`Outage.failed`).
-RELAPSE_SECS = 1.0
+RELAPSE_SECS = 5.0
 
 
 class Outage:
@@ -142,6 +142,9 @@ class Outage:
         #: When the last outage ended, and whether the current one is a quiet relapse.
         self.ended: float | None = None
         self.quiet = False
+        #: How many outages have started (a completion written after one began is counted as
+        #: one retried across it: see :mod:`.batching`).
+        self.started = 0
 
     @property
     def active(self) -> bool:
@@ -161,6 +164,7 @@ class Outage:
             if starting:
                 self.since = now
                 self.errors = 0
+                self.started += 1
                 self.quiet = self.ended is not None and now - self.ended < RELAPSE_SECS
             self.errors += 1
             since = self.since if self.since is not None else now
