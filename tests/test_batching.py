@@ -286,3 +286,11 @@ def test_a_worker_killed_holding_grouped_completions_loses_nothing(
     assert (out[0].completed, out[0].lost) == (n, 0)
     assert sorted(handled) == sorted(ids)
     assert not any(real_db.exists(q.keys.item(i)) for i in ids)
+
+
+def test_rwq_worker_turns_batching_off() -> None:
+    from redis_work_queue import cli  # noqa: PLC0415 - the command line only here
+
+    parser = cli.build_parser()
+    assert parser.parse_args(["worker", "mod:fn", "q", "--no-batch"]).no_batch is True
+    assert parser.parse_args(["worker", "mod:fn", "q"]).no_batch is False
