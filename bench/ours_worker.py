@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from batching_rows import WORKLOADS as BATCHING_WORKLOADS
 from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
 from jobs_workloads import JOBS_WORKLOADS
 from ours_workloads import OURS_ONLY
@@ -117,7 +118,13 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    workloads = {**OURS_ONLY, **SHARDED, **FUNCTIONS_WORKLOADS, **JOBS_WORKLOADS}
+    workloads = {
+        **OURS_ONLY,
+        **SHARDED,
+        **FUNCTIONS_WORKLOADS,
+        **JOBS_WORKLOADS,
+        **BATCHING_WORKLOADS,
+    }
     worker_main(lambda db: OursQueue(rwq, db), workloads)
 
 

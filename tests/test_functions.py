@@ -317,3 +317,21 @@ def test_rwq_functions_install_and_status(
         assert transport.uses_functions(user) is True and calls_of(real_db, "fcall") == 1
     finally:
         real_db.execute_command("ACL", "DELUSER", "caller")
+
+
+@pytest.mark.real_redis
+def test_install_loads_every_primary_of_a_cluster(cluster_db: Any) -> None:
+    """``rwq functions install`` on a cluster: every primary gets the library; a cluster
+    client's own calls stay scripts (and ``always`` is refused for it, naming why)."""
+    for node in cluster_db.get_primaries():
+        cluster_db.execute_command("FUNCTION", "FLUSH", target_nodes=node)
+    before = functions.status(cluster_db)
+    assert len(before) == 3 and not any(n.loaded for n in before)
+    after = functions.install(cluster_db)
+    assert len(after) == 3 and all(n.loaded for n in after)
+    assert functions.install(cluster_db) == after  # loaded already: left as it is
+    with pytest.raises(InvalidArgumentError, match="Redis Cluster"):
+        transport.use_functions(cluster_db, "always")
+    q = WorkQueue(KeyPrefix("{fn}"))
+    assert q.add_item(cluster_db, Item(b"x", id="a"))
+    assert transport.uses_functions(cluster_db) is False

@@ -58,6 +58,7 @@ class AsyncWorker(Shell):
         heartbeat_secs: As for ``Worker``: the worker's registration and its heartbeat.
         health_file: As for ``Worker``: touched at each beat while the worker is healthy.
         schedule_secs: As for ``Worker``: the fleet's turn to add the schedules' occurrences.
+        batch: As for ``Worker``: the tasks lease together and complete together.
 
     Raises:
         InvalidArgumentError: An argument is out of range (before anything starts).
@@ -81,6 +82,7 @@ class AsyncWorker(Shell):
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
         schedule_secs: float | None = 1.0,
+        batch: bool = True,
     ) -> None:
         self.options = check_options(
             queues,
@@ -97,6 +99,7 @@ class AsyncWorker(Shell):
             health_file,
             schedule_secs=schedule_secs,
             asynchronous=True,
+            batch=batch,
         )
         if isinstance(db, str):
             db = aredis.Redis.from_url(

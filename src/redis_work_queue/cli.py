@@ -465,6 +465,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
             schedule_secs=None if args.no_schedules else args.schedule_secs,
+            batch=not args.no_batch,
         )
     except InvalidArgumentError as err:
         raise Failure(EXIT_USAGE, str(err)) from err
@@ -844,7 +845,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1)",
     )
     p.add_argument(
-        "--no-schedules", action="store_true", help="leave the schedules to rwq scheduler"
+        "--no-schedules",
+        action="store_true",
+        help="leave the schedules to rwq scheduler",
+    )
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="with --concurrency above 1, each thread leases and completes its own items "
+        "(default: they lease together and complete together)",
     )
     p.set_defaults(func=_worker)
 

@@ -148,6 +148,10 @@ class Worker(Shell):
             :meth:`WorkQueue.schedule`) at most once per this many seconds across every worker
             of the queues, gated in Redis (``<P>:schedules:turn``, set only on a queue that has
             schedules). None leaves it to others (``rwq scheduler``).
+        batch: With several threads, lease for the slots waiting for an item in one call and
+            complete the handlers that returned together (see
+            :mod:`redis_work_queue.runner.batching`); False: each slot leases and completes
+            its own items. Worker processes each run one slot, which does not batch.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the handler is asynchronous
@@ -173,6 +177,7 @@ class Worker(Shell):
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
         schedule_secs: float | None = 1.0,
+        batch: bool = True,
     ) -> None:
         self.options: Options = check_options(
             queues,
@@ -188,6 +193,7 @@ class Worker(Shell):
             heartbeat_secs,
             health_file,
             schedule_secs=schedule_secs,
+            batch=batch,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")

@@ -27,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from .. import health
 from ..calls import Steps
@@ -40,10 +40,12 @@ from ..queue_base import QueueBase
 from ..results import Released, Renewed
 from ..validation import check_result
 from .actions import Flag, Handle, Loop, Pause, Replace, Returned
+from .batching import Batch
 from .options import Options
-from .retry import GaveUp, Outage, backoff_delay, once, retrying
+from .retry import Done, GaveUp, Outage, backoff_delay, once, retrying
 
 logger = logging.getLogger("redis_work_queue.worker")
+T = TypeVar("T")
 
 #: The most bytes of a failure reason kept with an item and its dead letter.
 REASON_MAX_BYTES = 4096
@@ -394,6 +396,10 @@ class Core:
         self.worker_id = new_worker_id()
         self.started = time.time()
         self._lock = threading.Lock()
+        #: The slots' shared lease and completion (see :mod:`.batching`), with several slots.
+        self.batch: Batch | None = (
+            Batch(self) if options.batch and options.concurrency > 1 else None
+        )
 
     # Counts and state ---------------------------------------------------------------------------
 
@@ -457,6 +463,8 @@ class Core:
         that succeeds is completed with the slot's next lease in the same call, and what that
         lease found stands for the next look.
         """
+        if self.batch is not None:
+            return (yield from self._batched_loop(slot, self.batch))
         busy = False
         ahead: Looked | None = None
         while True:
@@ -484,6 +492,44 @@ class Core:
                 return
             if isinstance(went_on, Looked):
                 ahead = went_on
+
+    def _batched_loop(self, slot: int, batch: Batch) -> Loop[None]:
+        """:meth:`job_loop` with the slot set's shared lease and completion (:mod:`.batching`)."""
+        busy = False
+        try:
+            while True:
+                found = yield from batch.next(busy)
+                if found is False:
+                    return
+                busy = found is not None
+                if found is None or found is True:
+                    continue
+                queue, item = found
+                if self.stop_flag.is_set():
+                    yield from self._give_back(queue, item)
+                    return
+                job = Job.begin(slot, queue, item, self.options.timeout)
+                if (yield from self._work(job)) is False:
+                    return
+        finally:
+            if self.stop_flag.is_set():
+                yield from batch.give_back_ready()
+
+    def retrying_lease(self, look: Callable[[], Steps[T]]) -> Loop[Done[T] | GaveUp]:
+        """Run a lease until it succeeds, waiting out outages; give up once stopping."""
+        return (yield from retrying(look, self.outage, self.stop_flag, self.stop_flag.is_set))
+
+    def retrying_completion(self, complete: Callable[[], Steps[T]]) -> Loop[Done[T] | GaveUp]:
+        """Run a completion until it succeeds, waiting out outages; give up on abort only."""
+        return (yield from retrying(complete, self.outage, self.abort_flag, self.abort_flag.is_set))
+
+    def lease_one(self, block: bool) -> Steps[tuple[QueueBase, Item] | None]:
+        """One look at the queues for one item (see :meth:`_lease`)."""
+        return (yield from self._lease(block))
+
+    def give_back(self, queue: QueueBase, item: Item) -> Loop[None]:
+        """Give back an item leased as the worker stopped (see :meth:`_give_back`)."""
+        yield from self._give_back(queue, item)
 
     def _lease(self, block: bool) -> Steps[tuple[QueueBase, Item] | None]:
         """One look at the queues (blocking for up to ``poll_secs``, or not)."""
@@ -535,6 +581,9 @@ class Core:
         try:
             if self.abort_flag.is_set():
                 return False
+            if raised is None and kept is None and self.batch is not None:
+                # Completed together with the slots' others; a result to keep goes alone.
+                return (yield from self.batch.settle(job, lost=state == LOST))
             if raised is None:
                 return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
@@ -613,13 +662,22 @@ class Core:
             self.count(lost=1)
             return True
         done, looked = tried.value
+        self.counted(job, done, lost, tried.retried)
+        return True if looked is None else looked
+
+    def counted(self, job: Job, done: bool, lost: bool, retried: bool) -> None:
+        """Count a completion's outcome and log it.
+
+        ``done``: the call completed the item; ``lost``: the job had lost its lease before;
+        ``retried``: the call was sent again after a lost reply.
+        """
         if done and not lost:
             self.count(completed=1)
-            if tried.retried:
+            if retried:
                 logger.info("completed %s after reconnecting", self._name(job))
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug("completed %s", self._name(job))
-        elif tried.retried and not done and not lost:
+        elif retried and not done and not lost:
             # The first try ran before its reply was lost: the item is done.
             self.count(completed=1)
             logger.info(
@@ -636,7 +694,6 @@ class Core:
         else:
             self.count(lost=1)
             logger.warning("%s was completed elsewhere", self._name(job))
-        return True if looked is None else looked
 
     def settle_failure(self, job: Job, reason: str, error: BaseException | None) -> Loop[None]:
         """Release a failed item with its reason; log where it went (retry or dead letters).

@@ -45,6 +45,7 @@ class Options:
     heartbeat_secs: float | None = None
     health_file: str | None = None
     schedule_secs: float | None = None
+    batch: bool = True
 
 
 def _seconds(name: str, value: object, example: str, *, zero: bool = False) -> float:
@@ -121,6 +122,7 @@ def check_options(
     *,
     asynchronous: bool = False,
     schedule_secs: float | None = None,
+    batch: bool = True,
 ) -> Options:
     """Validate the options every worker runner takes, before anything starts.
 
@@ -175,7 +177,12 @@ def check_options(
     turn = None if schedule_secs is None else _seconds("schedule_secs", schedule_secs, "1")
     if turn is not None:
         _at_least("schedule_secs", turn, schedule_secs, MIN_INTERVAL_SECS, "1")
-    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path, turn)
+    if not isinstance(batch, bool):
+        raise InvalidArgumentError(
+            f"batch must be True or False, got {batch!r}: pass batch=False to lease and "
+            "complete one item per call in each slot"
+        )
+    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path, turn, batch)
 
 
 def _health_file(health_file: object, beat: float | None) -> str:
