@@ -12,7 +12,11 @@ from typing import Any
 
 import redis
 
+from batching_rows import WORKLOADS as BATCHING_WORKLOADS
+from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
+from jobs_workloads import JOBS_WORKLOADS
 from ours_workloads import OURS_ONLY
+from sharded_workloads import SHARDED
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -114,7 +118,14 @@ class OursQueue:
 
 def main() -> None:
     rwq = _import_ours()
-    worker_main(lambda db: OursQueue(rwq, db), OURS_ONLY)
+    workloads = {
+        **OURS_ONLY,
+        **SHARDED,
+        **FUNCTIONS_WORKLOADS,
+        **JOBS_WORKLOADS,
+        **BATCHING_WORKLOADS,
+    }
+    worker_main(lambda db: OursQueue(rwq, db), workloads)
 
 
 if __name__ == "__main__":

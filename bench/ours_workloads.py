@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
+import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -525,6 +527,54 @@ def light_clean_longest(db: redis.Redis, q: Any, p: Result) -> Result:
     return {"value": longest_call, "unit": "s", "total": seconds, "p99_call": p99, "p50_call": p50}
 
 
+#: The commands that run the library's scripts: as scripts, or as functions of its library.
+CALLS = ("evalsha", "eval", "fcall", "fcall_ro")
+
+
+def schedules_tick(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Server time of the scheduler's call with ``counts`` schedules: nothing due, all due.
+
+    The schedules (``every`` one hour, their due times spread over it) are written directly;
+    each case runs ``calls`` calls, timed by the server (its script or function calls in
+    ``INFO commandstats``): the median call.
+    """
+    ops = importlib.import_module("redis_work_queue.ops.schedules")
+    run = q.rwq.transport.run
+    keys = q.queue.keys
+    spec = ops.Spec.of(None, 3600, "UTC", None, None, "one", "add").dumps()
+    out: Result = {"value": 0.0, "unit": "us", "server_us": {}}
+    for count in p["counts"]:
+        db.delete(keys.schedules, keys.schedules_data, keys.schedules_due, keys.queue)
+        now = int(db.time()[0]) * 1000
+        names = [f"s{k}" for k in range(count)]
+        with db.pipeline(transaction=False) as pipe:
+            for k, name in enumerate(names):
+                pipe.hset(keys.schedules, name, spec)
+                pipe.hset(keys.schedules_data, name, DATA)
+                pipe.zadd(keys.schedules_due, {name: now + 60_000 + k * 3_600_000 // count})
+            pipe.execute()
+        for case in ("idle", "due"):
+            times: list[float] = []
+            for _ in range(p["calls"]):
+                if case == "due":  # every schedule due (moved back by the last call)
+                    with db.pipeline(transaction=False) as pipe:
+                        for k, name in enumerate(names):
+                            pipe.zadd(keys.schedules_due, {name: now - 3_600_000 + k})
+                        pipe.execute()
+                db.config_resetstat()
+                added = run(db, ops.run_steps(keys))
+                stats = db.info("commandstats")
+                usecs = (stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in CALLS)
+                times.append(float(sum(usecs)))
+                limit = ops.DUE_LIMIT
+                _expect("occurrences added", len(added), 0 if case == "idle" else min(count, limit))
+                if added:
+                    db.delete(keys.queue, *(keys.item(item_id) for item_id in added))
+            out["server_us"][f"{count}:{case}"] = statistics.median(times)
+    out["value"] = out["server_us"][f"{p['counts'][-1]}:due"]
+    return out
+
+
 OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "deep_clean_lost": deep_clean_lost,
     "light_clean_longest": light_clean_longest,
@@ -533,4 +583,5 @@ OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "memory": memory,
     "asyncio": asyncio_rates,
     "wait": wait_cost,
+    "schedules_tick": schedules_tick,
 }

@@ -5,6 +5,7 @@ scripts of the same key layout, read from ``INFO commandstats`` on a throw-away 
     python bench/script_time.py --quick    # fewer calls
     python bench/script_time.py --only single batch complete_list
     python bench/script_time.py --check    # exit 1 when a target ratio is missed
+    python bench/script_time.py --functions never   # ours as scripts (EVALSHA), not functions
 
 Rows:
 
@@ -18,6 +19,9 @@ Rows:
 * ``complete_list``: complete's server time per call with a long processing list (5k stuck
   leases at the old end and 5k in flight completed in lease order; 5k in flight completed in
   random order; 20k in flight), against the same completions with a near-empty list.
+
+Ours run as the library's functions (FCALL) by default, on a Redis 7 server; ``--functions
+never`` runs them as scripts (EVALSHA). The minimal scripts are always scripts.
 
 Every figure is a ratio of two measurements of the same run; the server and this process share
 the machine, so absolute figures move with its load.
@@ -178,6 +182,7 @@ def callgrind_server(
             "valgrind",
             "--tool=callgrind",
             "--toggle-collect=evalShaCommand",
+            "--toggle-collect=fcallCommand",
             f"--callgrind-out-file={out}",
             binary,
             *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
@@ -210,7 +215,16 @@ def callgrind_server(
 
 
 #: Commands counted as the client's own, not as commands a script ran.
-_OUTER = {"cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat", "cmdstat_info"}
+_OUTER = {
+    "cmdstat_evalsha",
+    "cmdstat_eval",
+    "cmdstat_fcall",
+    "cmdstat_function|load",
+    "cmdstat_config|resetstat",
+    "cmdstat_info",
+}
+#: The calls measured: scripts, and functions (only one of them runs in a phase).
+_CALLS = ("cmdstat_evalsha", "cmdstat_fcall")
 
 
 class Meter:
@@ -231,7 +245,10 @@ class Meter:
         out = phase()
         self.wall += time.perf_counter() - start
         stats = self.db.info("commandstats")
-        evalsha = stats.get("cmdstat_evalsha", {})
+        evalsha = {
+            field: sum(int(stats.get(name, {}).get(field, 0)) for name in _CALLS)
+            for field in ("calls", "usec")
+        }
         self.cost += self.stop(evalsha)
         self.calls += int(evalsha.get("calls", 0))
         self.inner += sum(int(v["calls"]) for k, v in stats.items() if k not in _OUTER)
@@ -482,8 +499,16 @@ def main(argv: list[str] | None = None) -> int:
         help="count the server's instructions per call under valgrind's callgrind instead of "
         "timing it (the same from run to run on a busy machine; slower)",
     )
+    parser.add_argument(
+        "--functions",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="how ours are called: as functions where the server has them (auto, the "
+        "default), or as scripts (never)",
+    )
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args(argv)
+    os.environ["RWQ_FUNCTIONS"] = args.functions
     rows = args.only or ["single", "batch", "complete_list"]
     missed: list[str] = []
     server = callgrind_server if args.instructions else redis_server
@@ -494,8 +519,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with server(args.redis_server) as (db, meter):
         version = db.info("server")["redis_version"]
-        how = "callgrind, inside EVALSHA" if args.instructions else "INFO commandstats"
-        print(f"redis {version}; server {unit} per call ({how})")
+        how = "callgrind, inside EVALSHA/FCALL" if args.instructions else "INFO commandstats"
+        print(f"redis {version}; server {unit} per call ({how}); ours: functions {args.functions}")
         if "single" in rows:
             s = single(db, (2 if args.instructions else 10) if args.quick else 40, meter)
             print(f"\nsingle item per call, {unit} per call (ours / minimal same-layout script):")

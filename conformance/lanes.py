@@ -52,9 +52,10 @@ T = TypeVar("T")
 TIME_SLACK_MS = 2000
 #: How long a lane waits for the others at a step before the run is abandoned.
 STEP_SECS = 60.0
-#: A lease key's value, and a leased item's token: random hex, then the lease time in ms.
-_TOKEN = re.compile(r"^([0-9a-f]{8,})@(\d{10,})$")
-_SCRIPT_COMMANDS = frozenset({"EVALSHA", "EVAL", b"EVALSHA", b"EVAL"})
+#: A lease key's value, and a leased item's token: random hex, then the lease time in ms (a
+#: cancelled item's lease is marked by a prefix, kept).
+_TOKEN = re.compile(r"^((?:cancelled:)?)([0-9a-f]{8,})@(\d{10,})$")
+_SCRIPT_COMMANDS = frozenset({"EVALSHA", "EVAL", "FCALL", b"EVALSHA", b"EVAL", b"FCALL"})
 
 #: Client options of each flavour a scenario runs under.
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -99,12 +100,21 @@ def _number(value: float) -> Near:
     return Near(value, TIME_SLACK_MS if abs(value) > 1e11 else TIME_SLACK_MS / 1000)
 
 
+#: Where the server says a script or function failed (``script: <sha1>, on @user_script:12.``
+#: or ``script: <function>, on @user_function:40.``): the one part of an error that differs
+#: between the two; the library's own ``lua/<file>:<line>`` in front of it is compared.
+_SERVER_PLACE = re.compile(
+    r"script: \S+, on @user_(?:script|function):\d+\.|user_(?:script|function):\d+:"
+)
+
+
 def canon(value: Any, tokens: dict[str, int]) -> Any:
     """``value`` in a form that compares equal between two lanes that did the same thing.
 
     Lease tokens are numbered in the order ``tokens`` (the lane's own) first saw them; floats
     become :class:`Near`; items, queues, records and exceptions become tuples naming what they
-    are, so that a difference reads clearly.
+    are, so that a difference reads clearly. In an error's text, the server's own place of
+    the failure (its script's SHA1 or its function's name, and the line in either) is left out.
     """
     if value is None or isinstance(value, bool | int):
         return value
@@ -115,8 +125,9 @@ def canon(value: Any, tokens: dict[str, int]) -> Any:
         found = _TOKEN.match(text)
         if found is None:
             return value
-        number = tokens.setdefault(found.group(1), len(tokens))
-        return (type(value).__name__, Token(number, Near(int(found.group(2)), TIME_SLACK_MS)))
+        number = tokens.setdefault(found.group(2), len(tokens))
+        token = Token(number, Near(int(found.group(3)), TIME_SLACK_MS))
+        return (type(value).__name__, found.group(1), token)
     if isinstance(value, Item):
         return (
             "Item",
@@ -130,7 +141,7 @@ def canon(value: Any, tokens: dict[str, int]) -> Any:
     if isinstance(value, enum.Enum):
         return (type(value).__name__, value.name)
     if isinstance(value, BaseException):
-        return ("raised", type(value).__name__, str(value))
+        return ("raised", type(value).__name__, _SERVER_PLACE.sub("<server's place>", str(value)))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = [canon(getattr(value, f.name), tokens) for f in dataclasses.fields(value)]
         return (type(value).__name__, *fields)
@@ -244,6 +255,8 @@ class Lane:
     Attributes:
         api: ``"sync"`` or ``"asyncio"``.
         path: ``"public"``, ``"lean"`` or ``"auto"``, as given to ``transport.use``.
+        functions: ``"auto"`` (calls as Redis Functions, on a server that has them) or
+            ``"never"`` (as scripts), as given to ``transport.use_functions``.
         client: The client the lane's calls are made on (of the API's kind).
         admin: A plain synchronous client of the same database (RESP2, bytes), for state
             dumps and for writes that stand for another client's.
@@ -256,10 +269,11 @@ class Lane:
     admin: redis.Redis
     loop: Loop | None = None
     tokens: dict[str, int] = dataclasses.field(default_factory=dict)
+    functions: str = "auto"
 
     @property
     def name(self) -> str:
-        return f"{self.api}/{self.path}"
+        return f"{self.api}/{self.path}" + ("/scripts" if self.functions == "never" else "")
 
     @property
     def lease_from(self) -> Callable[..., Any]:
@@ -383,15 +397,19 @@ def make_lanes(
     """A lane per API and path, the synchronous public lane first, each on its own database.
 
     Every API gets a ``"public"`` and an ``"auto"`` lane, and a ``"lean"`` lane where the lean
-    path takes its clients. The databases are emptied, and the server's script cache too (so
-    that every path meets NOSCRIPT and falls back to EVAL once).
+    path takes its clients, each calling Redis Functions; then the public and lean lanes again
+    calling scripts (``transport.use_functions(client, "never")``). The databases are emptied,
+    and the server's script cache and functions too (so that every path meets NOSCRIPT and
+    falls back to EVAL once, or loads the library).
     """
     lanes: list[Lane] = []
     for api in apis:
         paths = ["public", "auto"]
         if lean_available(api, server, options, loop):
             paths.append("lean")
-        for path in paths:
+        ways = [(path, "auto") for path in paths]
+        ways += [(path, "never") for path in paths if path != "auto"]
+        for path, functions in ways:
             index = len(lanes)
             admin = redis.Redis(host=server.host, port=server.port, db=index)
             admin.flushdb()
@@ -406,8 +424,11 @@ def make_lanes(
                     )
 
                 lanes.append(Lane(api, path, loop.run(make()), admin, loop))
+            lanes[-1].functions = functions
             transport.use(lanes[-1].client, path)  # type: ignore[arg-type]
+            transport.use_functions(lanes[-1].client, functions)  # type: ignore[arg-type]
     lanes[0].admin.script_flush()
+    lanes[0].admin.function_flush()
     return lanes
 
 
@@ -533,7 +554,7 @@ def lean_by_flavour() -> dict[tuple[str, str], bool]:
 
 
 class ScriptRoutes:
-    """Counts the script calls (EVALSHA, EVAL) each client sent through redis-py's public
+    """Counts the script calls (FCALL, EVALSHA, EVAL) each client sent through redis-py's public
     command layer, ``Redis.execute_command`` (sync and asyncio).
 
     The counting wraps that method on redis-py's client classes; the lean path must take the
@@ -576,9 +597,12 @@ class ScriptRoutes:
             assert calls > 0, f"{name}: no script call took the public path"
 
     def check(self, lanes: list[Lane]) -> None:
-        """Each lane's script calls took its path (see :meth:`expect`)."""
+        """Each lane's script calls took its path (see :meth:`expect`), as functions or as
+        scripts as the lane asked."""
         for lane in lanes:
             self.expect(lane.name, lane.client, lane.path)
+            functions = transport.uses_functions(lane.client)
+            assert functions is (lane.functions != "never"), f"{lane.name}: functions {functions}"
 
 
 @contextlib.contextmanager

@@ -33,12 +33,14 @@ from lanes import (
 )
 from redis_work_queue import (
     AsyncWorkQueue,
+    Cancelled,
     CleanReport,
     FlushReport,
     InvalidArgumentError,
     Item,
     QueueStats,
     Released,
+    Renewed,
     WorkQueue,
     WrongKeyTypeError,
 )
@@ -134,6 +136,16 @@ def adding(lane: Lane, check: Check) -> None:
         keys=lambda s: [m for m, _ in s[b"adds:delayed"][1]] == [b"later", b"later2"],
     )
     check("stats with delayed items", lane.do(q.stats), lambda r: (r.queued, r.delayed) == (13, 2))
+    check(
+        "delayed, soonest due first, with a preview",
+        lane.do(q.delayed, 0, 10, preview_bytes=1),
+        lambda r: (
+            [(d.position, d.id, d.data, d.size) for d in r]
+            == [(0, "later", b"l", 1), (1, "later2", b"l", 2)]
+            and r[1].truncated
+            and 3500 < r[0].due_at - time.time() <= 3600
+        ),
+    )
     check.raises(
         "add_item of a dict", InvalidArgumentError, lambda: lane.do(q.add_item, {"data": b"x"})
     )
@@ -332,7 +344,7 @@ def blocking(lane: Lane, check: Check) -> None:
         lane.do(lane.lease_from, [hi, lo], 30, timeout=0.3),
         None,
     )
-    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=0.6), True)
+    check("add with a delay", lane.do(q.add_item, Item(b"due", id="due"), delay=1.5), True)
     started = time.monotonic()
     check("the delayed item is not leased early", lane.do(q.lease, 30, block=False), None)
     check(
@@ -501,7 +513,131 @@ def flushing(lane: Lane, check: Check) -> None:
     check("nothing left to flush", lane.do(star.flush), FlushReport(keys=0, items=0))
 
 
+def jobs(lane: Lane, check: Check) -> None:
+    q = lane.queue("jobs", max_deliveries=2)
+    lane.do(q.add_item, Item(b"a", id="a"))
+    lane.do(q.add_item, Item(b"later", id="later"), delay=60)
+    check(
+        "state of a queued item",
+        lane.do(q.state, "a"),
+        lambda r: (r.id, r.state, r.deliveries) == ("a", "queued", 0),
+    )
+    check(
+        "state of a delayed item",
+        lane.do(q.state, "later"),
+        lambda r: r.state == "delayed" and r.due_at is not None and r.due_at > time.time() + 50,
+    )
+    a = lane.do(q.lease, 30, block=False)
+    check(
+        "state of a leased item",
+        lane.do(q.state, "a"),
+        lambda r: r.state == "leased" and r.deliveries == 1 and 25 < (r.lease_left or 0) <= 30,
+    )
+    lane.do(q.release, a, reason="try again")
+    check(
+        "state of a released item",
+        lane.do(q.state, "a"),
+        lambda r: (r.state, r.deliveries, r.reason) == ("queued", 1, "try again"),
+    )
+    a = lane.do(q.lease, 30, block=False)
+    lane.do(q.release, a, reason="no more")
+    lane.do(q.add_item, Item(b"b", id="b"))
+    check(
+        "states of many",
+        lane.do(q.states, ["a", "b", "nothing"]),
+        lambda r: (
+            [(s.state, s.deliveries, s.reason) for s in r]
+            == [("dead", 2, "no more"), ("queued", 0, None), ("gone", 0, None)]
+        ),
+    )
+    check("retry a dead item", lane.do(q.retry, "a"), True)
+    check("cancel a queued item", lane.do(q.cancel, "b"), Cancelled.REMOVED)
+    check("cancel it again", lane.do(q.cancel, "b"), Cancelled.NOT_FOUND)
+    check("reschedule a queued item", lane.do(q.reschedule, "a", 30), True)
+    check("promote a delayed item", lane.do(q.promote, "a"), True)
+    a = check("lease it", lane.do(q.lease, 30, block=False), lambda r: ids([r]) == [("a", 1)])
+    check("cancel a leased item", lane.do(q.cancel, "a"), Cancelled.SIGNALLED)
+    check("renew_outcome of a cancelled item", lane.do(q.renew_outcome, a, 30), Renewed.CANCELLED)
+    check(
+        "counts",
+        lane.do(q.counts),
+        QueueCounts(added=3, failed=2, retried=1, dead=1, requeued=1, cancelled=2),
+    )
+    kept = lane.queue("jobres", keep_results=60)
+    lane.do(kept.add_item, Item(b"r", id="r"))
+    r = lane.do(kept.lease, 30, block=False)
+    check("report_progress", lane.do(kept.report_progress, r, {"done": 1}), True)
+    check("state with progress", lane.do(kept.state, "r"), lambda s: s.progress == {"done": 1})
+    check(
+        "complete with a result",
+        lane.do(kept.complete, r, result=b"\x00out"),
+        True,
+        keys=lambda s: 50_000 < s[b"jobres:result:r"][2] <= 60_000,
+    )
+    check("result", lane.do(kept.result, "r", timeout=0), b"\x00out")
+    check(
+        "state of a completed item",
+        lane.do(kept.state, "r"),
+        lambda s: (s.state, s.result) == ("completed", b"\x00out"),
+    )
+
+
+def scheduling(lane: Lane, check: Check) -> None:
+    q = lane.queue("sched")
+    yearly = {"cron": "0 0 1 1 *", "data": b"y"}
+    check("schedule", lane.do(q.schedule, "yearly", **yearly), True)
+    check("schedule again as it is", lane.do(q.schedule, "yearly", **yearly), False)
+    check("schedule every hour", lane.do(q.schedule, "hourly", every=3600), True)
+    check("pause_schedule", lane.do(q.pause_schedule, "hourly"), True)
+    check("run_schedules with nothing due", lane.do(q.run_schedules), [])
+    # As after a downtime: the yearly schedule's due time passed years ago.
+    lane.admin.zadd("sched:schedules:due", {"yearly": 1_577_836_800_000})
+    year = datetime.now(timezone.utc).year
+    first = f"yearly@{year}-01-01T00:00:00.000Z"
+    check("run_schedules adds one for the missed times", lane.do(q.run_schedules), [first])
+    check(
+        "schedules",
+        lane.do(q.schedules),
+        lambda r: (
+            [(s.name, s.paused, s.last_id) for s in r]
+            == [("hourly", True, None), ("yearly", False, first)]
+            and r[1].next_due == datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp()
+        ),
+    )
+    check("resume_schedule", lane.do(q.resume_schedule, "hourly"), True)
+    check("remove_schedule", lane.do(q.remove_schedule, "hourly"), True)
+    check(
+        "the occurrence is an item",
+        lane.do(q.lease, 30, block=False),
+        lambda r: (r.id(), r.data()) == (first, b"y"),
+    )
+
+
+def sharding(lane: Lane, check: Check) -> None:
+    q = lane.queue("shq", shards=3)
+    batch = [Item(f"d{i}".encode(), id=f"s{i}") for i in range(6)]
+    check("add_items over the shards", lane.do(q.add_items, batch), [True] * 6)
+    check("an id meets its shard again", lane.do(q.add_item, Item(b"x", id="s4")), False)
+    check(
+        "shard_stats",
+        lane.do(q.shard_stats),
+        lambda r: (
+            [row.prefix for row in r] == ["{shq:0}", "{shq:1}", "{shq:2}"]
+            and sum(row.stats.queued for row in r) == 6
+        ),
+        keys=lambda s: all(k.startswith(b"{shq:") for k in s),
+    )
+    check("stats summed", lane.do(q.stats), QueueStats(6, 0, 0, 0, 0))
+    check(
+        "peek merged",
+        lane.do(q.peek, 0, 10),
+        lambda r: sorted(i.id for i in r) == [f"s{i}" for i in range(6)],
+    )
+    check("flush every shard", lane.do(q.flush), lambda r: r.items == 6)
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "sharding": sharding,
     "adding": adding,
     "leasing": leasing,
     "blocking": blocking,
@@ -509,6 +645,8 @@ SCENARIOS: dict[str, Scenario] = {
     "dead_letters": dead_letters,
     "cleaning": cleaning,
     "flushing": flushing,
+    "jobs": jobs,
+    "scheduling": scheduling,
 }
 
 

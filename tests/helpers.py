@@ -99,9 +99,14 @@ def dump_state(db: redis.Redis, ttl_step_ms: int | None = None) -> Dump:
 
 
 def script_calls(admin: redis.Redis) -> int:
-    """EVALSHA and EVAL calls a server has run since its stats were reset (decoded client)."""
+    """FCALL, EVALSHA and EVAL calls a server has run since its stats were reset (decoded
+    client); a call refused whole (a function not loaded, NOSCRIPT) is not counted."""
     stats = admin.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return sum(
+        int(stats.get(f"cmdstat_{c}", {}).get("calls", 0))
+        - int(stats.get(f"cmdstat_{c}", {}).get("rejected_calls", 0))
+        for c in ("evalsha", "eval", "fcall")
+    )
 
 
 def kill_clients_in(admin: redis.Redis, command: str, timeout: float = 15.0) -> None:

@@ -12,6 +12,19 @@ from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue
 
 QUEUE = KeyPrefix("add")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_add_item_duplicate_id_changes_nothing",
+    "test_add_item_of_leased_item_is_refused",
+    "test_add_item_stores_data_then_queues_id",
+    "test_add_through_pipeline",
+    "test_add_unique_item",
+    "test_add_unique_item_with_existing_id_overwrites_and_requeues",
+    "test_binary_data_round_trips",
+    "test_pipelined_add_of_an_existing_id_overwrites_and_requeues",
+    "test_str_data_is_utf8",
+}
 
 
 def test_add_item_stores_data_then_queues_id(db: redis.Redis, queue: WorkQueue) -> None:

@@ -697,6 +697,14 @@ RUNNABLE: dict[str, list[str]] = {
     "workers": [P],
     "dashboard": [P],
     "demo": ["--items", "1"],
+    "item": [P, "an-id"],
+    "schedule": ["pause", P, "nightly"],
+    "schedules": [P],
+    "scheduler": [P, "--once"],
+    "cancel": [P, "an-id"],
+    "promote": [P, "an-id"],
+    "retry": [P, "an-id"],
+    "functions": ["status"],
 }
 
 

@@ -13,6 +13,7 @@ from redis_work_queue import Item, KeyPrefix, WorkQueue, scripts
 from redis_work_queue.keyprefix import QueueKeys
 
 QUEUE = KeyPrefix("tally")
+QUEUE_SHARDS = (1, 4)
 KEYS = QueueKeys(QUEUE)
 NAMES = ("added", "completed", "failed", "retried", "dead", "expired", "requeued")
 

@@ -148,7 +148,8 @@ def test_page_loads_and_counts_match_stats(
     assert by_css(driver, "#mode").text == "read-only"
     # Read-only: no action controls at all.
     assert all_css(driver, "#queue-actions, #dead-actions, button.requeue-one") == []
-    # The first queue's details: the dead letter with its reason and traceback.
+    # The first queue's dead letters (its tab, named in the URL): the reason and traceback.
+    driver.get(dash.url + "?queue=jobs:mail&tab=dead")
     wait_for(lambda: by_css(driver, "#dead tbody tr[data-id='broken']"), WAIT, "dead row")
     row = by_css(driver, "#dead tbody tr[data-id='broken']")
     assert "ValueError: no" in row.text
@@ -185,13 +186,13 @@ def test_dead_letter_requeued_from_the_page(
     make_dead(real_db, queue, "d1", "RuntimeError: once")
     make_dead(real_db, queue, "d2", "RuntimeError: twice")
     dash = dashboards(redis_url, "work", "--allow-actions")
-    driver.get(dash.url)
+    driver.get(dash.url + "?queue=work&tab=dead")
     assert by_css(driver, "#mode").text == "actions enabled"
     click(driver, "#dead tr[data-id='d1'] button.requeue-one")
     wait_for(lambda: queue.stats(real_db).dead == 1, WAIT, "the requeue")
     assert [d.id for d in queue.dead_letters(real_db)] == ["d2"]
     assert [q.id for q in queue.peek(real_db)] == ["d1"]
-    wait_for(lambda: "requeued 1 dead letters" in (text_of(driver, "#notice") or ""), WAIT, "m")
+    wait_for(lambda: "requeued 1 dead letter" in (text_of(driver, "#notice") or ""), WAIT, "m")
     wait_for(lambda: (shown_counts(driver, "work") or {}).get("dead") == 1, WAIT, "1 dead")
     # Selected: tick d2 and purge it.
     wait_for(lambda: text_of(driver, "#dead tr[data-id='d1']") is None, WAIT, "d1 gone")
@@ -290,12 +291,13 @@ def test_live_worker_and_its_failure_traceback(
     )
     try:
         dash = dashboards(redis_url, "wq")
-        driver.get(dash.url)
+        driver.get(dash.url + "?view=workers")
         wait_for(
             lambda: str(worker.pid) in (text_of(driver, "#workers tbody") or ""),
             WAIT,
             "the worker's row",
         )
+        driver.get(dash.url + "?queue=wq&tab=dead")
         wait_for(lambda: "boom" in (text_of(driver, "#dead tr[data-id='fails']") or ""), WAIT, "x")
         traceback = driver.execute_script(
             "return document.querySelector(\"#dead tr[data-id='fails'] pre\").textContent"
@@ -341,9 +343,11 @@ def test_a_big_item_shows_a_bounded_preview_and_downloads_whole(
 
     driver.set_script_timeout(30)
     assert downloaded("#waiting tr[data-id='big'] a.download") == 2_000_000
-    assert downloaded("#dead tr[data-id='dead-big'] a.download") == 300_000
     name = by_css(driver, "#waiting tr[data-id='big'] a.download").get_attribute("download")
     assert name == "big.bin"
+    driver.get(dash.url + "?queue=bulk&tab=dead")
+    wait_for(lambda: text_of(driver, "#dead tr[data-id='dead-big'] a.download"), WAIT, "dead")
+    assert downloaded("#dead tr[data-id='dead-big'] a.download") == 300_000
 
 
 def test_a_key_of_another_program_is_one_broken_row(
@@ -384,7 +388,7 @@ def test_a_worker_registration_with_unreadable_numbers_is_shown_as_such(
         queue.keys.worker("box:6:odd"), mapping={"pid": "inf", "completed": "1e400", "beat": "nan"}
     )
     dash = dashboards(redis_url, "reg")
-    driver.get(dash.url)
+    driver.get(dash.url + "?view=workers")
     wait_for(lambda: "box:6:odd" in (text_of(driver, "#workers tbody") or ""), WAIT, "the row")
     rows = {
         cells[0]: cells
@@ -396,7 +400,7 @@ def test_a_worker_registration_with_unreadable_numbers_is_shown_as_such(
         )
     }
     odd = rows["box:6:odd"]
-    assert (odd[2], odd[4], odd[5]) == ("?", "?", "0")
-    assert odd[8] == "unreadable: beat, completed, pid"
-    assert rows["box:5:ok"][2] == "5" and rows["box:5:ok"][5] == "4" and rows["box:5:ok"][8] == ""
+    assert (odd[2], odd[4], odd[6]) == ("?", "?", "0")
+    assert odd[9] == "unreadable: beat, completed, pid"
+    assert rows["box:5:ok"][2] == "5" and rows["box:5:ok"][6] == "4" and rows["box:5:ok"][9] == ""
     assert not by_css(driver, "#banner").is_displayed()

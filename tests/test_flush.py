@@ -65,6 +65,12 @@ def populate(db: redis.Redis, name: str) -> None:
         1,
         1,
     )
+    # a kept result, and a leased item's progress
+    kept = WorkQueue(KeyPrefix(name), keep_results=3600)
+    kept.add_item(db, Item(b"r", id="kept"))
+    done = kept.lease(db, 60, block=False)
+    assert done is not None and kept.complete(db, done, result=b"out")
+    assert kept.report_progress(db, held["*"], {"done": 1})
 
 
 def key_names(queue: WorkQueue, state: dict[bytes, Any]) -> set[bytes]:
@@ -119,6 +125,8 @@ def test_flush_removes_exactly_one_queue(db: redis.Redis, monkeypatch: pytest.Mo
         "a\\*:dead:*",
         "a\\*:spark:batch:*",
         "a\\*:worker:*",
+        "a\\*:result:*",
+        "a\\*:progress:*",
     }
     monkeypatch.undo()
 

@@ -45,7 +45,15 @@ def test_fixed_keys_and_patterns_follow_the_rows() -> None:
 
 def test_reserved_names_come_from_the_suffixes() -> None:
     assert set(RESERVED_NAMES) == {row.suffix.split(":")[1] for row in layout.ROWS}
-    assert PER_KEY_NAMES == ("item", "lease", "dead", "spark:batch", "worker")
+    assert PER_KEY_NAMES == (
+        "item",
+        "lease",
+        "dead",
+        "spark:batch",
+        "worker",
+        "result",
+        "progress",
+    )
     assert len(RESERVED_NAMES) == len(set(RESERVED_NAMES))
 
 
@@ -121,7 +129,7 @@ def test_a_key_s_suffix_is_written_in_from_its_row() -> None:
     parsed = loader.parse("-- s\nlocal LEASE = '' --#layout lease\nreturn LEASE\n", "lua/s.lua")
     assert parsed.lines[1] == (2, "local LEASE = ':lease:'")
     renew = loader.assemble("renew")
-    assert renew.includes == ()
+    assert renew.includes == ("cancelled.lua",)  # one name: the mark of a cancelled lease
     assert "local LEASE = ':lease:'" in renew.text.split("\n")
     with pytest.raises(LuaSourceError, match=r"lua/s\.lua:2: the key layout has no row 'nope'"):
         loader.parse("-- s\nlocal X = '' --#layout nope\nreturn X\n", "lua/s.lua")

@@ -18,6 +18,22 @@ from redis_work_queue.ops import LEASE_BUDGET
 from redis_work_queue.ops.lease import claim_call
 
 QUEUE = KeyPrefix("lease")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_a_batch_counts_each_delivery_once",
+    "test_blocking_lease_waits_for_an_item_pushed_later",
+    "test_claim_does_not_unlist_an_item_another_worker_leased",
+    "test_claim_fails_cleanly_when_a_cleaner_requeued_first",
+    "test_claim_script_returns_nothing_once_the_id_was_requeued",
+    "test_fifo_order",
+    "test_ids_without_data_are_skipped",
+    "test_lease_moves_to_processing_and_sets_token",
+    "test_lease_secs_has_millisecond_precision",
+    "test_only_stale_ids_gives_none",
+    "test_stray_copy_of_a_leased_item_is_dropped",
+    "test_worker_dying_between_move_and_claim",
+}
 
 
 def test_non_blocking_lease_on_empty_queue(db: redis.Redis, queue: WorkQueue) -> None:

@@ -80,7 +80,7 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
     )
     # complete.lua needs the layout and finish.lua, which needs the layout too.
     assert assemble("complete").includes == ("queue.lua", "finish.lua")
-    assert assemble("renew").includes == ()
+    assert assemble("renew").includes == ("cancelled.lua",)
 
 
 def test_each_file_declares_its_own_includes_at_its_top() -> None:

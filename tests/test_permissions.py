@@ -36,6 +36,7 @@ from redis_work_queue import (
     alease_from,
     lease_from,
     scripts,
+    transport,
 )
 from redis_work_queue.ops import registry
 from redis_work_queue.scripts import preload
@@ -67,6 +68,17 @@ def acl_args(pattern: str) -> list[str]:
     return [pattern if a == "~jobs:*" else a for a in out]
 
 
+#: A second user: the docs' line without Redis Functions, so its calls take the scripts' path.
+SCRIPTS_USER = "rwq-test-scripts"
+FUNCTION_GRANTS = ("+fcall", "+function|load")
+
+
+def scripts_acl_args(pattern: str) -> list[str]:
+    """The docs' line without FCALL and FUNCTION LOAD, for :data:`SCRIPTS_USER`."""
+    args = [a for a in acl_args(pattern) if a not in FUNCTION_GRANTS]
+    return [SCRIPTS_USER if a == USER else a for a in args]
+
+
 def granted() -> set[str]:
     return {a[1:].lower() for a in shlex.split(readme_acl_line()) if a.startswith("+")}
 
@@ -75,6 +87,7 @@ def granted() -> set[str]:
 NOT_COMMANDS = {
     "COUNT",
     "EX",
+    "KEEPTTL",
     "LIMIT",
     "MATCH",
     "MAXLEN",
@@ -113,7 +126,7 @@ def test_the_line_grants_what_every_registered_operation_sends() -> None:
     for op in operations.values():
         needed = {command.lower() for command in op.commands}
         for name in op.scripts:
-            needed |= {"evalsha", "eval"} | script_commands(name)
+            needed |= {"fcall", "function|load", "evalsha", "eval"} | script_commands(name)
         missing = needed - allowed
         assert op.refusable or not missing, (
             f"{op.name} needs what the line does not grant: {missing}"
@@ -125,6 +138,7 @@ def test_the_line_grants_what_every_registered_operation_sends() -> None:
 def acl_server(module_redis: Proc) -> Proc:
     """This module's own server, with the docs' user on ``~acl:*``."""
     module_redis.client().execute_command(*acl_args("~acl:*"))
+    module_redis.client().execute_command(*scripts_acl_args("~acl:*"))
     return module_redis
 
 
@@ -133,6 +147,7 @@ def admin(acl_server: Proc) -> redis.Redis:
     db = acl_server.client()
     db.flushdb()
     db.script_flush()
+    db.function_flush()
     return db
 
 
@@ -141,10 +156,17 @@ def protocol(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
+@pytest.fixture(params=["functions", "scripts"])
+def path(request: pytest.FixtureRequest) -> str:
+    """Which user: the docs' line (functions), or the line without them (scripts)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def user_db(acl_server: Proc, admin: redis.Redis, protocol: int) -> redis.Redis:
+def user_db(acl_server: Proc, admin: redis.Redis, protocol: int, path: str) -> redis.Redis:
     """A client that logs in as the restricted user."""
-    return acl_server.client(username=USER, password=PASSWORD, protocol=protocol, socket_timeout=10)
+    user = USER if path == "functions" else SCRIPTS_USER
+    return acl_server.client(username=user, password=PASSWORD, protocol=protocol, socket_timeout=10)
 
 
 def user_url(server: Proc) -> str:
@@ -171,7 +193,7 @@ def test_the_user_is_restricted(user_db: redis.Redis) -> None:
 
 @pytest.mark.real_redis
 def test_the_whole_sync_api_runs_as_the_user(
-    user_db: redis.Redis, admin: redis.Redis, acl_server: Proc
+    user_db: redis.Redis, admin: redis.Redis, acl_server: Proc, path: str
 ) -> None:
     db = user_db
     a, b = (WorkQueue(KeyPrefix(p), max_deliveries=2) for p in PREFIXES)
@@ -261,6 +283,8 @@ def test_the_whole_sync_api_runs_as_the_user(
     assert a.flush(db).keys > 0
     assert b.flush(db).keys >= 0
     assert admin.dbsize() == 0
+    assert transport.uses_functions(db) is (path == "functions")
+    assert path == "scripts" or admin.function_list()  # the user loaded the library
 
 
 @pytest.mark.real_redis

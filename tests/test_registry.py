@@ -174,8 +174,9 @@ def test_each_operation_s_command_line_exists() -> None:
     )
     named = {op.cli for op in OPERATIONS.values() if op.cli}
     assert named <= set(commands)
-    # Every command of rwq runs operations, but the runner, the dashboard and the demo.
-    assert set(commands) - named == {"worker", "dashboard", "demo"}
+    # Every command of rwq runs operations, but the runner, the dashboard, the demo and the
+    # loading of the function library.
+    assert set(commands) - named == {"worker", "dashboard", "demo", "functions"}
 
 
 def test_registering_twice_is_refused() -> None:

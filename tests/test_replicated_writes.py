@@ -30,6 +30,7 @@ from redis_work_queue import (
     ReplicationError,
     WorkQueue,
     WorkQueueError,
+    transport,
 )
 from servers import MASTER_NAME, Proc, ReplicaPair, SentinelSetup, in_sync, poll
 
@@ -130,6 +131,7 @@ def test_sync_server_without_the_script_loads_it_first(pair: ReplicaPair) -> Non
     primary = pair.primary
     pair.replica.resume()
     db = primary.client()
+    transport.use_functions(db, "never")
     q = WorkQueue(P, replicas=1, replica_timeout=5)
     assert q.add_item(db, Item(b"", id="a")) is True
     primary.admin().script_flush()

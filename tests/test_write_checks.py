@@ -273,16 +273,20 @@ def test_the_table_covers_the_layout() -> None:
         KEYS.item("x"),
         KEYS.lease("x"),
         KEYS.dead_item("x"),
+        KEYS.result("x"),
+        KEYS.progress("x"),
     }
     # The Spark data source's write record is written by Spark jobs only (test_spark.py), the
     # fleet's clean turn, the worker registrations and the job durations by the worker runner
     # only (test_heartbeat.py's write checks, test_runner.py and test_metrics_durations.py
-    # plant wrong types there).
+    # plant wrong types there), and the fleet's turn to run the schedules by the runner only
+    # (test_schedules.py's runner row plants wrong types there).
     assert fixed == set(KEYS.fixed()) - {
         KEYS.spark_write,
         KEYS.cleaned,
         KEYS.workers,
         KEYS.durations,
+        KEYS.schedules_turn,
     }
     assert len(CASES) == len(WRITE_CHECKS) * len(LAYOUT) * (len(TYPES) - 1)
 

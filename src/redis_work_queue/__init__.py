@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     CrossSlotError,
     InvalidArgumentError,
+    ItemDeadError,
     MissingExtraError,
     OutcomeUnknownError,
     ReplicationError,
+    ResultTimeoutError,
     ScriptError,
     WorkerFailedError,
     WorkQueueError,
@@ -24,6 +26,10 @@ from .errors import (
 )
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.jobs import Cancelled, ItemState, Renewed
+from .ops.listing import DelayedItem
+from .ops.schedules import Schedule
+from .ops.sharded import ShardStats
 from .results import (
     CleanProgress,
     CleanReport,
@@ -78,13 +84,17 @@ def __dir__() -> list[str]:
 __all__ = [
     "AsyncWorkQueue",
     "AsyncWorker",
+    "Cancelled",
     "CleanProgress",
     "CleanReport",
     "CrossSlotError",
     "DeadLetter",
+    "DelayedItem",
     "FlushReport",
     "InvalidArgumentError",
     "Item",
+    "ItemDeadError",
+    "ItemState",
     "KeyPrefix",
     "MissingExtraError",
     "OutcomeUnknownError",
@@ -92,8 +102,12 @@ __all__ = [
     "QueueStats",
     "QueuedItem",
     "Released",
+    "Renewed",
     "ReplicationError",
+    "ResultTimeoutError",
+    "Schedule",
     "ScriptError",
+    "ShardStats",
     "WorkQueue",
     "WorkQueueError",
     "Worker",

@@ -14,7 +14,13 @@ from datetime import datetime
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
+from .ops import jobs, listing
 from .ops import lease as lease_ops
+from .ops import schedules as schedule_ops
+from .ops import sharded as sharded_ops
+from .ops.jobs import Cancelled, ItemState, Renewed
+from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -112,7 +118,7 @@ class AsyncWorkQueue(QueueBase):
 
     async def renew(self, db: AsyncClient, item: Item, lease_secs: float) -> bool:
         """See :meth:`WorkQueue.renew`."""
-        return await arun(db, self.ops.renew(item, lease_secs))
+        return bool(await arun(db, self.ops.renew(item, lease_secs)))
 
     async def release(
         self, db: AsyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -165,9 +171,15 @@ class AsyncWorkQueue(QueueBase):
             raise
         await self.complete(db, item)
 
-    async def complete(self, db: AsyncClient, item: Item, replicas: int | None = None) -> bool:
+    async def complete(
+        self,
+        db: AsyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """See :meth:`WorkQueue.complete`."""
-        return await arun(db, self.ops.complete_one(item, replicas))
+        return await arun(db, self.ops.complete_one(item, replicas, result))
 
     async def complete_many(
         self, db: AsyncClient, items: Iterable[Item], replicas: int | None = None
@@ -238,6 +250,16 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.pending`."""
         return await arun(db, self.ops.pending(start, count))
 
+    async def delayed(
+        self,
+        db: AsyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[DelayedItem]:
+        """See :meth:`WorkQueue.delayed`."""
+        return await arun(db, listing.delayed(self.keys, start, count, preview_bytes))
+
     async def flush(
         self, db: AsyncClient, progress: Callable[[int], None] | None = None
     ) -> FlushReport:
@@ -251,6 +273,103 @@ class AsyncWorkQueue(QueueBase):
     async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    async def state(self, db: AsyncClient, item_id: str) -> ItemState:
+        """See :meth:`WorkQueue.state`."""
+        return await arun(db, jobs.state(self.ops, item_id))
+
+    async def states(self, db: AsyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """See :meth:`WorkQueue.states`."""
+        return await arun(db, jobs.states(self.ops, ids))
+
+    # Schedules (see docs/schedules.md) ---------------------------------------------------------
+
+    async def schedule(
+        self,
+        db: AsyncClient,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        data: bytes | str = b"",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        catch_up: schedule_ops.CatchUp = "one",
+        overlap: schedule_ops.Overlap = "add",
+    ) -> bool:
+        """See :meth:`WorkQueue.schedule`."""
+        return await arun(
+            db,
+            schedule_ops.schedule_steps(
+                self.keys,
+                name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                data=data,
+                start=start,
+                end=end,
+                catch_up=catch_up,
+                overlap=overlap,
+            ),
+        )
+
+    async def schedules(self, db: AsyncClient) -> list[schedule_ops.Schedule]:
+        """See :meth:`WorkQueue.schedules`."""
+        return await arun(db, schedule_ops.list_steps(self.keys))
+
+    async def pause_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.pause_schedule`."""
+        return await arun(db, schedule_ops.pause_steps(self.keys, name))
+
+    async def resume_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.resume_schedule`."""
+        return await arun(db, schedule_ops.resume_steps(self.keys, name))
+
+    async def remove_schedule(self, db: AsyncClient, name: str) -> bool:
+        """See :meth:`WorkQueue.remove_schedule`."""
+        return await arun(db, schedule_ops.remove_steps(self.keys, name))
+
+    async def run_schedules(
+        self, db: AsyncClient, limit: int = schedule_ops.DUE_LIMIT
+    ) -> list[str]:
+        """See :meth:`WorkQueue.run_schedules`."""
+        return await arun(db, schedule_ops.run_steps(self.keys, limit))
+
+    async def cancel(self, db: AsyncClient, item_id: str) -> Cancelled:
+        """See :meth:`WorkQueue.cancel`."""
+        return await arun(db, jobs.cancel(self.ops, item_id))
+
+    async def promote(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.promote`."""
+        return await arun(db, jobs.promote(self.ops, item_id))
+
+    async def retry(self, db: AsyncClient, item_id: str) -> bool:
+        """See :meth:`WorkQueue.retry`."""
+        return await arun(db, jobs.retry(self.ops, item_id))
+
+    async def reschedule(self, db: AsyncClient, item_id: str, delay: float | datetime) -> bool:
+        """See :meth:`WorkQueue.reschedule`."""
+        return await arun(db, jobs.reschedule(self.ops, item_id, delay))
+
+    async def renew_outcome(self, db: AsyncClient, item: Item, lease_secs: float) -> Renewed:
+        """See :meth:`WorkQueue.renew_outcome`."""
+        return await arun(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    async def result(self, db: AsyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """See :meth:`WorkQueue.result`."""
+        return await arun(db, jobs.result(self.ops, item_id, timeout))
+
+    async def report_progress(self, db: AsyncClient, item: Item, progress: object) -> bool:
+        """See :meth:`WorkQueue.report_progress`."""
+        return await arun(db, jobs.report_progress(self.ops, item, progress))
+
+    async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
+        """See :meth:`WorkQueue.shard_stats`."""
+        return await arun(db, sharded_ops.shard_stats(self.ops))
 
 
 async def lease_from(

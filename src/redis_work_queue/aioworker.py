@@ -57,6 +57,8 @@ class AsyncWorker(Shell):
         clean_secs: As for ``Worker``: the fleet's light clean, at most once per interval.
         heartbeat_secs: As for ``Worker``: the worker's registration and its heartbeat.
         health_file: As for ``Worker``: touched at each beat while the worker is healthy.
+        schedule_secs: As for ``Worker``: the fleet's turn to add the schedules' occurrences.
+        batch: As for ``Worker``: the tasks lease together and complete together.
 
     Raises:
         InvalidArgumentError: An argument is out of range (before anything starts).
@@ -79,6 +81,8 @@ class AsyncWorker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        schedule_secs: float | None = 1.0,
+        batch: bool = True,
     ) -> None:
         self.options = check_options(
             queues,
@@ -93,7 +97,9 @@ class AsyncWorker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            schedule_secs=schedule_secs,
             asynchronous=True,
+            batch=batch,
         )
         if isinstance(db, str):
             db = aredis.Redis.from_url(
@@ -112,6 +118,12 @@ class AsyncWorker(Shell):
 
     def _on_signal(self, signum: int) -> None:
         self._signalled(signum)
+
+    def _mode(self) -> str:
+        return "asyncio"
+
+    def _source(self) -> Any:
+        return self.db
 
     async def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)

@@ -12,6 +12,7 @@ with a traceback only under ``-v``. With ``--json``, the commands that serve (``
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import math
@@ -20,10 +21,13 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
+from types import FrameType
 from typing import Any, NoReturn
 
 import redis
@@ -42,6 +46,7 @@ from .errors import (
 from .extras import extra_needed
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
+from .ops import schedules as schedule_ops
 from .results import CleanProgress, CleanReport
 from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
 from .workqueue import WorkQueue
@@ -347,6 +352,11 @@ def _flush(args: argparse.Namespace, db: Any) -> int:
 LISTING_PREVIEW_BYTES = 1024
 
 
+def plural(count: int, noun: str) -> str:
+    """``"1 dead letter"``, ``"2 dead letters"``: a count and its noun, in the right number."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _preview(data: bytes, width: int = 40) -> str:
     text = data.decode("utf-8", "backslashreplace")
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -375,7 +385,7 @@ def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
     if args.json:
         _json_out({"queue": args.queue, verb: done, "not_found": missing})
     else:
-        print(f"{verb} {done} dead letters of {args.queue}")
+        print(f"{verb} {plural(done, 'dead letter')} of {args.queue}")
     if missing:
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
         raise Failure(
@@ -410,7 +420,7 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
         ]
         _json_out({"total": total, "dead_letters": rows})
         return EXIT_OK
-    print(f"{total} dead letters in {args.queue}")
+    print(f"{plural(total, 'dead letter')} in {args.queue}")
     for d in page:
         died = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.died_at))
         print(f"{d.id}  deliveries={d.deliveries}  died={died}  reason={d.reason!r}")
@@ -454,6 +464,8 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
             clean_secs=None if args.no_clean else args.clean_secs,
             heartbeat_secs=args.heartbeat_secs,
             health_file=args.health_file,
+            schedule_secs=None if args.no_schedules else args.schedule_secs,
+            batch=not args.no_batch,
         )
     except InvalidArgumentError as err:
         raise Failure(EXIT_USAGE, str(err)) from err
@@ -474,6 +486,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
 
 def _workers(args: argparse.Namespace, db: Any) -> int:
     found = {name: live_workers(db, _queue(args, name)) for name in args.queues}
+    _warn_missing(db, [name for name, rows in found.items() if not rows])
     if args.json:
         _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK
@@ -733,7 +746,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=_clean(kind))
 
-    p = command("info", help="queued, leased, expired-awaiting-clean, delayed and dead counts")
+    p = command(
+        "info",
+        help="queued, leased, expired-awaiting-clean, delayed and dead counts",
+        description="Print each queue's counts: queued (waiting), leased, expired (leases run "
+        "out, awaiting a light clean), delayed (due later) and dead (dead letters), and warn "
+        "when the server may evict keys or a queue has no keys.",
+    )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
     p.set_defaults(func=_info)
 
@@ -818,6 +837,24 @@ def build_parser() -> argparse.ArgumentParser:
         "lease time)",
     )
     p.add_argument("--no-clean", action="store_true", help="leave the light clean to cron")
+    p.add_argument(
+        "--schedule-secs",
+        type=_seconds,
+        default=1.0,
+        help="add the queues' due scheduled items at most this often across all workers "
+        "(default 1)",
+    )
+    p.add_argument(
+        "--no-schedules",
+        action="store_true",
+        help="leave the schedules to rwq scheduler",
+    )
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="with --concurrency above 1, each thread leases and completes its own items "
+        "(default: they lease together and complete together)",
+    )
     p.set_defaults(func=_worker)
 
     p = command(
@@ -831,9 +868,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "dashboard",
         help="serve a web page to watch queues (and, with --allow-actions, act on them)",
-        description="Serve a web page showing queues' counts, waiting items, leases, dead "
-        "letters and live workers, refreshed every few seconds. Read-only unless "
-        "--allow-actions. Needs the dashboard extra.",
+        description="Serve a web page showing queues' counts and charts, their waiting, leased, "
+        "delayed and dead items by tab and page, a page per job, and the live workers, "
+        "refreshed every few seconds. Read-only unless --allow-actions. Needs the dashboard "
+        "extra.",
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue key prefixes to show")
     p.add_argument(
@@ -865,6 +903,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_dashboard)
 
+    _job_commands(command)
+
+    p = command(
+        "functions",
+        help="load the function library ahead (install), or show which servers have it",
+        description="Redis 7 and later: 'install' loads this release's function library "
+        "(FUNCTION LOAD) on the server, or every primary of a cluster; 'status' lists the "
+        "package's libraries on each and exits 1 when one lacks this release's. Clients load "
+        "it themselves when they may (FUNCTION LOAD granted); install serves users that may "
+        "only call it (FCALL).",
+    )
+    p.add_argument("action", choices=("install", "status"), help="install or status")
+    p.set_defaults(func=_functions)
+
     p = command(
         "demo",
         help="run a producer, worker processes and a cleaner",
@@ -874,7 +926,269 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", type=int, default=200, help="items to produce (default 200)")
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     p.set_defaults(func=None)
+    _schedule_commands(command)
     return parser
+
+
+# Job control by id ------------------------------------------------------------------------------
+
+
+def _item(args: argparse.Namespace, db: Any) -> int:
+    found = _queue(args, args.queue).state(db, args.id)
+    row = asdict(found)
+    if found.result is not None:  # bytes: as text when it is UTF-8, else in base64
+        try:
+            row["result"] = found.result.decode("utf-8")
+        except UnicodeDecodeError:
+            row["result"] = None
+            row["result_base64"] = base64.b64encode(found.result).decode("ascii")
+    if args.json:
+        _json_out(row)
+    else:
+        for name, value in row.items():
+            if value is not None and value is not False:
+                print(f"{name:<11} {value}")
+    return EXIT_OK
+
+
+#: The commands that act on items by id: what each does, and the word for an id it acted on.
+_ACTIONS = {
+    "cancel": (
+        "cancel items: remove waiting ones, stop leased ones (never delivered again)",
+        "cancelled",
+    ),
+    "promote": ("make delayed items due now (next to be leased)", "promoted"),
+    "retry": ("put dead letters back on the queue, their delivery counts reset", "retried"),
+}
+
+
+def _act(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    method = getattr(queue, args.command)
+    done: list[str] = []
+    missed: list[str] = []
+    for item_id in args.ids:
+        (done if method(db, item_id) else missed).append(item_id)
+    word = _ACTIONS[args.command][1]
+    if args.json:
+        _json_out({"queue": args.queue, word: done, "not_found": missed})
+    else:
+        for item_id in done:
+            print(f"{word} {item_id}")
+        for item_id in missed:
+            print(f"not {word} (no such item in that state) {item_id}")
+    return EXIT_FAILED if missed else EXIT_OK
+
+
+def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add the commands that act on items by id."""
+    for name, (text, _) in _ACTIONS.items():
+        p = command(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}, by id. An id that was not acted on (no "
+            "such item in a state the command applies to) exits 1; the others are still done.",
+        )
+        p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        p.add_argument("ids", nargs="+", metavar="ID", help="the items' ids")
+        p.set_defaults(func=_act)
+    p = command(
+        "item",
+        help="where one item is: its state, deliveries, lease, due time and last failure",
+        description="Show one item's state (queued, delayed, leased, expired, dead, completed "
+        "or gone) in one read.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("id", metavar="ID", help="the item's id")
+    p.set_defaults(func=_item)
+
+
+# Schedules --------------------------------------------------------------------------------------
+
+
+def _moment(text: str) -> datetime | float:
+    """A ``--start``/``--end`` value: ISO 8601 with an offset, or seconds since the epoch."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: write ISO 8601 with an offset "
+            "(2026-12-01T02:00:00+01:00) or seconds since the epoch"
+        ) from err
+
+
+def _schedule(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    if args.action == "add":
+        changed: bool = queue.schedule(
+            db,
+            args.name,
+            cron=args.cron,
+            every=args.every,
+            tz=args.tz,
+            data=args.data.encode(),
+            start=args.start,
+            end=args.end,
+            catch_up=args.catch_up,
+            overlap=args.overlap,
+        )
+        what = "saved" if changed else "unchanged"
+    else:
+        act = {
+            "remove": queue.remove_schedule,
+            "pause": queue.pause_schedule,
+            "resume": queue.resume_schedule,
+        }[args.action]
+        changed = act(db, args.name)
+        if not changed and not any(s.name == args.name for s in queue.schedules(db)):
+            raise Failure(EXIT_FAILED, f"queue {args.queue} has no schedule {args.name!r}")
+        what = {"remove": "removed", "pause": "paused", "resume": "resumed"}[args.action]
+        what = what if changed else f"already {what}"
+    if args.json:
+        _json_out({"queue": args.queue, "schedule": args.name, "changed": changed})
+    else:
+        print(f"{args.queue} {args.name}: {what}")
+    return EXIT_OK
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _schedules(args: argparse.Namespace, db: Any) -> int:
+    found = {name: _queue(args, name).schedules(db) for name in args.queues}
+    if args.json:
+        _json_out({name: [asdict(s) for s in rows] for name, rows in found.items()})
+        return EXIT_OK
+    table = [["queue", "schedule", "when", "tz", "next (UTC)", "state", "last added"]]
+    for name, rows in found.items():
+        for s in rows:
+            when = s.cron if s.cron is not None else f"every {s.every:g}s"
+            state = "paused" if s.paused else ("ended" if s.next_due is None else "running")
+            table.append([name, s.name, when, s.tz, _when(s.next_due), state, s.last_id or "-"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if len(table) == 1:
+        print("no schedules")
+    return EXIT_OK
+
+
+def _scheduler(args: argparse.Namespace, db: Any) -> int:
+    """Run the queues' schedules every ``--interval`` seconds until SIGTERM or SIGINT."""
+    queues = [_queue(args, name) for name in args.queues]
+    db.ping()  # unreachable at start: exit 3; later outages are waited out
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    if not args.once:
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    down = False
+    while True:
+        try:
+            for queue in queues:
+                for added in transport.run(db, schedule_ops.turn_steps(queue.keys)):
+                    logger.info("added %s to %s", added, queue.name.prefix)
+                    if args.once:
+                        print(json.dumps({"queue": queue.name.prefix, "added": added}))
+            if down:
+                logger.info("Redis answers again")
+                down = False
+        except (
+            redis.ConnectionError,
+            redis.TimeoutError,
+            redis.exceptions.OutOfMemoryError,
+            redis.exceptions.ReadOnlyError,
+        ) as err:
+            if args.once:
+                raise
+            if not down:
+                logger.warning("Redis cannot take the schedules' writes now, retrying: %s", err)
+                down = True
+        if args.once or stop.wait(args.interval):
+            return EXIT_OK
+
+
+def _schedule_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The subcommands of schedules: ``schedule``, ``schedules`` and ``scheduler``."""
+    p = command(
+        "schedule",
+        help="add (or replace), remove, pause or resume a schedule of a queue",
+        description="Manage a schedule: items added to the queue on a cron expression or at a "
+        "fixed interval, each occurrence exactly once however many schedulers run.",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add or replace a schedule")
+    _global_options(add, top=False)
+    add.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    add.add_argument("name", metavar="NAME", help="the schedule's name (no '@')")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help="cron expression, e.g. '0 2 * * *' (seconds first if 6)")
+    when.add_argument("--every", type=float, metavar="SECS", help="a fixed interval")
+    add.add_argument("--tz", default="UTC", help="time zone of the cron expression")
+    add.add_argument("--data", default="", help="the data of each occurrence (text)")
+    add.add_argument("--start", type=_moment, help="no occurrence before (ISO 8601 or epoch)")
+    add.add_argument("--end", type=_moment, help="no occurrence after (ISO 8601 or epoch)")
+    add.add_argument("--catch-up", choices=("none", "one", "all"), default="one")
+    add.add_argument("--overlap", choices=("add", "skip"), default="add")
+    for name, text in (
+        ("remove", "remove a schedule (its occurrences stay)"),
+        ("pause", "pause a schedule"),
+        ("resume", "resume a paused schedule from its next due time"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        _global_options(sub, top=False)
+        sub.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+        sub.add_argument("name", metavar="NAME", help="the schedule's name")
+    p.set_defaults(func=_schedule)
+
+    p = command(
+        "schedules",
+        help="list the schedules of queues with their next due times",
+        description="List each queue's schedules: when they fall due, their next due time, "
+        "whether they are paused, and the id of the last occurrence added.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefix")
+    p.set_defaults(func=_schedules)
+
+    p = command(
+        "scheduler",
+        help="add the due occurrences of queues' schedules, until stopped",
+        description="Add the due occurrences of the queues' schedules every --interval "
+        "seconds, until SIGTERM or Ctrl-C (exit 0). Workers do this already; run it for a "
+        "fleet without workers, or beside them: racing schedulers add each occurrence once.",
+    )
+    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue key prefixes")
+    p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECS", help="default 0.5")
+    p.add_argument("--once", action="store_true", help="run once, print what was added")
+    p.set_defaults(func=_scheduler)
+
+
+def _functions(args: argparse.Namespace, db: Any) -> int:
+    """``rwq functions install|status``."""
+    from . import functions  # noqa: PLC0415 - only this command needs it
+
+    nodes = functions.install(db) if args.action == "install" else functions.status(db)
+    name = functions.library().name
+    if args.json:
+        rows = [{"node": n.node, "loaded": n.loaded, "libraries": list(n.libraries)} for n in nodes]
+        print(json.dumps({"library": name, "nodes": rows}))
+    else:
+        for n in nodes:
+            others = [lib for lib in n.libraries if lib != name]
+            state = "loaded" if n.loaded else "not loaded"
+            extra = f" (also: {', '.join(others)})" if others else ""
+            print(f"{n.node}: {name} {state}{extra}")
+    return 0 if all(n.loaded for n in nodes) else EXIT_FAILED
 
 
 # Running ----------------------------------------------------------------------------------------
@@ -912,6 +1226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    if args.command == "worker":
+        # The worker's start and stop lines (and a signal's), with -v or without.
+        logging.getLogger("redis_work_queue.worker").setLevel(logging.INFO)
     db: Any = None
     where = "Redis"
     try:

@@ -141,4 +141,7 @@ def _run(url: str, items: int, workers: int, out: Callable[[str], None]) -> int:
     out(f"cleaner requeued {requeued}; deep clean examined {deep.examined} leftover item keys")
     ok = done == items and completions == items and left == 0
     out(f"{'OK' if ok else 'FAILED'}: {done}/{items} results, {left} ids left in the queue")
+    flushed = queue.flush(db)
+    removed = flushed.keys + db.delete(RESULTS, RESULTS + ":by-worker", STOP)
+    out(f"removed the demo's {removed} keys (rwq-demo:*)")
     return 0 if ok else 1

@@ -100,6 +100,37 @@ class WorkerFailedError(WorkQueueError):
 DISTRIBUTION = "redis-work-queue-lua"
 
 
+def install_hint(
+    feature: str, extra: str, missing: str | None, packages: tuple[str, ...] = ()
+) -> str:
+    """What to run to install an extra, in each form the package may be had.
+
+    From a package index (``pip install 'redis-work-queue-lua[extra]'``), from a checkout of
+    the repository (``pip install '.[extra]'``), from a wheel file (its path, then
+    ``[extra]``), or the extra's packages alone (which works whichever way the package itself
+    was installed).
+
+    Args:
+        feature: What needs the extra (``the dashboard``).
+        extra: The extra's name.
+        missing: The module that could not be imported.
+        packages: The extra's packages, as pip names them.
+
+    Returns:
+        One line.
+    """
+    hint = (
+        f"{feature} needs the '{extra}' extra ({missing or 'a dependency'} is missing): "
+        f"pip install '{DISTRIBUTION}[{extra}]' from a package index; "
+        f"pip install '.[{extra}]' in a checkout of the repository; "
+        f"pip install 'dist/redis_work_queue_lua-<version>-py3-none-any.whl[{extra}]' "
+        "from a wheel"
+    )
+    if packages:
+        hint += f"; or the packages alone: pip install {' '.join(packages)}"
+    return hint
+
+
 class MissingExtraError(WorkQueueError, ImportError):
     """An optional module needs packages that are not installed; the message names the extra.
 
@@ -111,11 +142,49 @@ class MissingExtraError(WorkQueueError, ImportError):
         missing: The module that could not be imported.
     """
 
-    def __init__(self, feature: str, extra: str, missing: str | None) -> None:
-        super().__init__(
-            f"{feature} needs the '{extra}' extra: pip install '{DISTRIBUTION}[{extra}]'"
-            f" ({missing or 'a dependency'} is missing)",
-            name=missing,
-        )
+    def __init__(
+        self, feature: str, extra: str, missing: str | None, packages: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(install_hint(feature, extra, missing, packages), name=missing)
         self.extra = extra
         self.missing = missing
+
+
+class ItemDeadError(WorkQueueError):
+    """The item a caller waits for (``result``) is in the dead letters: no result will come.
+
+    Attributes:
+        item_id: The item's id.
+        reason: The reason of its last failure (its dead letter's), or None.
+    """
+
+    def __init__(self, item_id: str, reason: str | None) -> None:
+        super().__init__(
+            f"item {item_id!r} is dead (in the dead letters), so it has no result: "
+            f"{reason or 'no reason recorded'}; retry(db, id) puts it back on the queue"
+        )
+        self.item_id = item_id
+        self.reason = reason
+
+
+class ResultTimeoutError(WorkQueueError, TimeoutError):
+    """No result came for the item within ``result``'s timeout.
+
+    It is also a ``TimeoutError``.
+
+    Attributes:
+        item_id: The item's id.
+        state: The item's state when the wait ended (``queued``, ``leased``, ``gone``...).
+    """
+
+    def __init__(self, item_id: str, state: str, timeout: float) -> None:
+        hint = (
+            " (done without a kept result, or never added: is the queue made with keep_results?)"
+            if state == "gone"
+            else ""
+        )
+        super().__init__(
+            f"no result for item {item_id!r} within {timeout:g} s: it is {state}{hint}"
+        )
+        self.item_id = item_id
+        self.state = state

@@ -13,6 +13,16 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "prometheus": ("prometheus_client",),
     "dashboard": ("starlette", "uvicorn", "jinja2"),
     "embedded": ("fakeredis", "lupa"),
+    "schedules": ("cronsim",),
+}
+
+#: The packages each extra brings, as pip names them (with the extra's lowest versions).
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "spark": ("'pyspark>=4,<5'", "'pyarrow>=15'"),
+    "prometheus": ("'prometheus-client>=0.17'",),
+    "dashboard": ("'starlette>=0.37'", "'uvicorn>=0.29'", "'jinja2>=3.1'"),
+    "embedded": ("'fakeredis>=2.26'", "'lupa>=2.0'"),
+    "schedules": ("'cronsim>=2.6'",),
 }
 
 
@@ -36,4 +46,4 @@ def extra_needed(feature: str, extra: str) -> Iterator[None]:
         top = (err.name or "").partition(".")[0]
         if top not in EXTRAS[extra]:
             raise
-        raise MissingExtraError(feature, extra, err.name) from err
+        raise MissingExtraError(feature, extra, err.name, PACKAGES[extra]) from err

@@ -156,6 +156,13 @@ class QueueKeys:
     worker_prefix: str
     counts: str
     durations: str
+    schedules: str
+    schedules_data: str
+    schedules_due: str
+    schedules_last: str
+    schedules_turn: str
+    result_prefix: str
+    progress_prefix: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name
@@ -201,6 +208,14 @@ class QueueKeys:
     def spark_batch(self, batch: str) -> str:
         """The record of the items a Spark streaming read leased for one micro-batch."""
         return self.spark_batch_prefix + batch
+
+    def result(self, item_id: str) -> str:
+        """The kept result of ``item_id`` (a list of one entry)."""
+        return self.result_prefix + item_id
+
+    def progress(self, item_id: str) -> str:
+        """The last progress report of the leased ``item_id``."""
+        return self.progress_prefix + item_id
 
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""

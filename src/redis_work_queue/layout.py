@@ -111,7 +111,8 @@ ROWS: tuple[KeyRow, ...] = (
     KeyRow(
         "lease", ":lease:", "string", "item", _S, True,
         "the lease, with an expiry: the holder's token and the time it was leased "
-        "(`<token>@<ms>`); a delayed item's delay lease; a deep clean's hold",
+        "(`<token>@<ms>`); a delayed item's delay lease; a deep clean's hold; a cancelled "
+        "item's mark (`cancelled:` then the lease it had)",
     ),
     KeyRow(
         "deliveries", ":deliveries", "hash", "queue", _S, False,
@@ -168,6 +169,35 @@ ROWS: tuple[KeyRow, ...] = (
     KeyRow(
         "durations", ":durations", "hash", "queue", _R, False,
         "the workers' job-duration histogram: field -> count (no expiry)",
+    ),
+    KeyRow(
+        "schedules", ":schedules", "hash", "queue", _S, False,
+        "schedules: name -> its definition (JSON: cron or interval, zone, start, end, policies)",
+    ),
+    KeyRow(
+        "schedules_data", ":schedules:data", "hash", "queue", _S, False,
+        "schedules: name -> the data each of its occurrences carries",
+    ),
+    KeyRow(
+        "schedules_due", ":schedules:due", "zset", "queue", _S, False,
+        "schedules: name -> ms its next occurrence is due (-1: paused; +inf: none left)",
+    ),
+    KeyRow(
+        "schedules_last", ":schedules:last", "hash", "queue", _S, False,
+        "schedules: name -> the id of the last occurrence added",
+    ),
+    KeyRow(
+        "schedules_turn", ":schedules:turn", "string", "queue", _R, False,
+        "a flag with an expiry: a worker took the fleet's turn to add due occurrences",
+    ),
+    KeyRow(
+        "result", ":result:", "list", "item", _S, False,
+        "a completed item's result, one entry (`c` then the result), kept `keep_results` "
+        "seconds; waiters block on it",
+    ),
+    KeyRow(
+        "progress", ":progress:", "string", "item", _S, False,
+        "a leased item's last progress report; it lapses with the lease",
     ),
 )
 # fmt: on

@@ -75,6 +75,7 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 
+from . import functions
 from .calls import ScriptCall
 from .scripts import Script, translate_error
 from .senders import Sender, name_args
@@ -186,15 +187,16 @@ def pack(head: bytes, count: int, args: Sequence[Any]) -> list[bytes] | None:
 
 
 class Heads:
-    """The cached command prefixes of one script, by (EVALSHA or EVAL, keys)."""
+    """The cached command prefixes of one script, by (EVALSHA, EVAL or FCALL, keys)."""
 
-    __slots__ = ("_cache", "_sha", "_source", "sha")
+    __slots__ = ("_cache", "_function", "_sha", "_source", "sha")
 
-    def __init__(self, sha: str, source: bytes) -> None:
+    def __init__(self, sha: str, source: bytes, function: str | None = None) -> None:
         self.sha = sha
         self._sha = sha.encode("ascii")
         self._source = source
-        self._cache: dict[tuple[bool, tuple[str, ...]], bytes] = {}
+        self._function = None if function is None else function.encode("ascii")
+        self._cache: dict[tuple[bool | None, tuple[str, ...]], bytes] = {}
 
     def packed(self, by_sha: bool, keys: Sequence[str], args: Sequence[Any]) -> list[bytes] | None:
         """The whole EVALSHA (or EVAL) command for ``keys`` and ``args``; see :func:`pack`."""
@@ -208,6 +210,17 @@ class Heads:
             else:
                 found = head(b"EVAL", self._source, keys)
             self._cache[(by_sha, keys)] = found
+        return pack(found, 3 + len(keys), args)
+
+    def packed_call(self, keys: Sequence[str], args: Sequence[Any]) -> list[bytes] | None:
+        """The whole FCALL command of the script's function for ``keys`` and ``args``."""
+        keys = keys if type(keys) is tuple else tuple(keys)
+        found = self._cache.get((None, keys))
+        if found is None:
+            if len(self._cache) >= _MAX_HEADS:
+                self._cache.clear()
+            assert self._function is not None
+            found = self._cache[(None, keys)] = head(b"FCALL", self._function, keys)
         return pack(found, 3 + len(keys), args)
 
 
@@ -289,9 +302,29 @@ class LeanSender(Sender):
             return Sender.script(self, db, call)
         script = call.script
         heads = _heads(script)
+        if self.functions is not False and script.packaged:
+            packed = heads.packed_call(call.keys, call.args)
+            if packed is None:
+                return Sender.script(self, db, call)
+            try:
+                reply = send(pool, packed)
+            except ResponseError as err:
+                if self.function_error(err) != "load" or not self.load(db):
+                    return self._evalsha(db, pool, heads, call)
+                try:
+                    reply = send(pool, packed)
+                except ResponseError as again:
+                    if functions.missing(again):  # flushed again at once: a script this time
+                        return self._evalsha(db, pool, heads, call)
+                    raise translate_error(again) from again
+            self.functions = True
+            return reply
+        return self._evalsha(db, pool, heads, call)
+
+    def _evalsha(self, db: Any, pool: Any, heads: Heads, call: ScriptCall) -> Any:
         packed = heads.packed(True, call.keys, call.args)
         if packed is None:
-            return Sender.script(self, db, call)
+            return Sender.evalsha(self, db, call, call.script.params(call.keys, call.args))
         try:
             try:
                 return send(pool, packed)
@@ -306,9 +339,30 @@ class LeanSender(Sender):
         if db.connection_pool is not pool or _patched(db):
             return await Sender.ascript(self, db, call)
         heads = _heads(call.script)
+        if self.functions is not False and call.script.packaged:
+            packed = heads.packed_call(call.keys, call.args)
+            if packed is None:
+                return await Sender.ascript(self, db, call)
+            try:
+                reply = await asend(pool, packed)
+            except ResponseError as err:
+                if self.function_error(err) != "load" or not await self.aload(db):
+                    return await self._aevalsha(db, pool, heads, call)
+                try:
+                    reply = await asend(pool, packed)
+                except ResponseError as again:
+                    if functions.missing(again):
+                        return await self._aevalsha(db, pool, heads, call)
+                    raise translate_error(again) from again
+            self.functions = True
+            return reply
+        return await self._aevalsha(db, pool, heads, call)
+
+    async def _aevalsha(self, db: Any, pool: Any, heads: Heads, call: ScriptCall) -> Any:
         packed = heads.packed(True, call.keys, call.args)
         if packed is None:
-            return await Sender.ascript(self, db, call)
+            params = call.script.params(call.keys, call.args)
+            return await Sender.aevalsha(self, db, call, params)
         try:
             try:
                 return await asend(pool, packed)
@@ -326,7 +380,8 @@ _HEADS: dict[str, Heads] = {}
 def _heads(script: Script) -> Heads:
     found = _HEADS.get(script.name)
     if found is None or found.sha != script.sha:
-        found = _HEADS[script.name] = Heads(script.sha, script.script)
+        function = functions.library().function(script.name) if script.packaged else None
+        found = _HEADS[script.name] = Heads(script.sha, script.script, function)
     return found
 
 

@@ -215,6 +215,29 @@ def assemble_text(
         LuaSourceError: As :func:`assemble`.
     """
     root = lua_dir() if root is None else root
+    parts, script = resolve(text, name, root)
+    unused = set() if keep_unused else _unused(parts, script)
+    lines: list[str] = []
+    origins: list[tuple[str, int]] = []
+    for k, part in enumerate((*parts, script)):
+        for j, (number, line) in enumerate(part.lines):
+            lines.append("" if (k, j) in unused else line)
+            origins.append((part.label, number))
+    body = "\n".join(lines) + "\n"
+    sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+    includes = tuple(p.label.rsplit("/", 1)[-1] for p in parts)
+    assembled = Assembled(name, body, tuple(origins), includes, sha)
+    _ASSEMBLED[sha] = assembled
+    return assembled
+
+
+def resolve(text: str, name: str, root: Traversable | None = None) -> tuple[list[LuaFile], LuaFile]:
+    """A script given as text, parsed, and its includes at every depth, dependencies first.
+
+    Raises:
+        LuaSourceError: As :func:`assemble`.
+    """
+    root = lua_dir() if root is None else root
     script = parse(text, f"{root.name}/{name}.lua")
     parts: list[LuaFile] = []
     done: set[str] = set()
@@ -237,19 +260,7 @@ def assemble_text(
 
     for include in script.includes:
         visit(include, ())
-    unused = set() if keep_unused else _unused(parts, script)
-    lines: list[str] = []
-    origins: list[tuple[str, int]] = []
-    for k, part in enumerate((*parts, script)):
-        for j, (number, line) in enumerate(part.lines):
-            lines.append("" if (k, j) in unused else line)
-            origins.append((part.label, number))
-    body = "\n".join(lines) + "\n"
-    sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
-    includes = tuple(p.label.rsplit("/", 1)[-1] for p in parts)
-    assembled = Assembled(name, body, tuple(origins), includes, sha)
-    _ASSEMBLED[sha] = assembled
-    return assembled
+    return parts, script
 
 
 #: A top-level definition that may be left out when unused: its name.

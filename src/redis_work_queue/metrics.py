@@ -75,6 +75,7 @@ COUNTERS = {
     "items_dead": "Items moved to the dead letters.",
     "items_expired": "Leases found expired by a clean.",
     "items_requeued": "Dead letters put back in the queue.",
+    "items_cancelled": "Items cancelled by id.",
 }
 assert [f"items_{f.name}" for f in fields(QueueCounts)] == list(COUNTERS)
 HISTOGRAM = "job_duration_seconds"

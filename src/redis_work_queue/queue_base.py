@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .errors import InvalidArgumentTypeError
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
+from .ops.sharded import ShardedOps
 
 
 class QueueBase:
@@ -29,6 +30,17 @@ class QueueBase:
             raising :class:`ReplicationError` when they do not within ``replica_timeout``.
             Each call can override it.
         replica_timeout: How long to wait for the replicas, in seconds.
+        keep_results: Keep each completed item's result this many seconds (``complete``'s
+            ``result``, or the worker runner's handler's return value), for :meth:`state` and
+            ``result`` (which waits for it). None (the default): keep nothing, and write
+            exactly the keys a queue without results writes.
+        shards: Spread the queue over this many shards, each an ordinary queue under its own
+            ``{hash tag}`` (``{name:0}``, ``{name:1}``...), so that on Redis Cluster it uses
+            every primary (see :mod:`~.ops.sharded`). 1 (the default) is today's one queue,
+            with exactly its keys.
+        shards_before: Earlier shard counts of the queue (an int or a tuple) whose shards may
+            still hold items while the count changes: they are still leased, cleaned and
+            counted. Adds follow ``shards``.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -42,18 +54,35 @@ class QueueBase:
         max_deliveries: int | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        keep_results: float | None = None,
+        shards: int = 1,
+        shards_before: int | Sequence[int] = (),
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
                 f"a queue is named by a KeyPrefix, not {type(name).__name__}"
             )
         self.name = name
-        self.keys = QueueKeys(name)
         #: The queue's operations as generators of Redis calls (:class:`~.ops.QueueOps`), for
         #: code that drives them itself with :func:`~.transport.run` or :func:`~.transport.arun`
         #: (the worker runners, the Spark data source) or writes its own with the scripts'
         #: argument builders (:mod:`~.ops.registry`).
-        self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
+        self.ops: QueueOps
+        if shards == 1 and not shards_before:
+            self.keys = QueueKeys(name)
+            self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout, keep_results)
+        else:
+            self.ops = ShardedOps(
+                name,
+                shards,
+                _counts(shards_before),
+                max_deliveries,
+                replicas,
+                replica_timeout,
+                keep_results,
+            )
+            #: The home shard's keys on a sharded queue (its workers' records live there).
+            self.keys = self.ops.keys
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
         self._session = uuid.uuid4().hex
@@ -81,12 +110,28 @@ class QueueBase:
         return KeyPrefix(self.keys.lease_prefix)
 
     @property
+    def shards(self) -> int:
+        """How many shards new items go to (1: an unsharded queue)."""
+        return self.ops.shards if isinstance(self.ops, ShardedOps) else 1
+
+    @property
+    def shards_before(self) -> tuple[int, ...]:
+        """The earlier shard counts whose shards are still leased and counted (see ``shards``)."""
+        return self.ops.shards_before if isinstance(self.ops, ShardedOps) else ()
+
+    @property
     def max_deliveries(self) -> int | None:
         """The queue's delivery limit, or None."""
         return self.ops.max_deliveries or None
 
+    @property
+    def keep_results(self) -> float | None:
+        """How long a completed item's result is kept, in seconds, or None."""
+        return self.ops.keep_results_ms / 1000 or None
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"
+        shards = f", shards={self.shards}" if isinstance(self.ops, ShardedOps) else ""
+        return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries}{shards})"
 
 
 def ops_of(queues: Sequence[QueueBase], what: str) -> list[QueueOps]:
@@ -119,3 +164,10 @@ def ops_of_one(queue: QueueBase, what: str) -> QueueOps:
             f"{what} completes an item of a queue, not of {type(queue).__name__}"
         )
     return queue.ops
+
+
+def _counts(before: int | Sequence[int]) -> tuple[int, ...]:
+    """``shards_before`` as a tuple (checked by :class:`ShardedOps`)."""
+    if isinstance(before, int) or not isinstance(before, Sequence):
+        return (before,)
+    return tuple(before)

@@ -158,6 +158,32 @@ class Released(IntEnum):
     BURIED = 2
 
 
+class Cancelled(IntEnum):
+    """What a cancel did (the reply of ``lua/cancel.lua``); false when nothing was cancelled."""
+
+    #: No such item (dead, done, or never added): nothing changed.
+    NOT_FOUND = 0
+    #: It was waiting (queued, delayed, or its lease had run out): it is removed.
+    REMOVED = 1
+    #: It was leased: it is removed, and its holder's next renewal reports the cancellation
+    #: (the worker runner then stops the handler as it stops one past its timeout).
+    SIGNALLED = 2
+
+
+class Renewed(IntEnum):
+    """What a renewal did (the reply of ``lua/renew.lua``); true only when it was renewed."""
+
+    #: The caller does not hold the lease (it ran out, or another worker holds the item).
+    NOT_HELD = 0
+    #: The lease was extended.
+    RENEWED = 1
+    #: The item was cancelled while the caller held it: stop working on it.
+    CANCELLED = 2
+
+    def __bool__(self) -> bool:
+        return self is Renewed.RENEWED
+
+
 @dataclass(frozen=True)
 class QueueCounts:
     """A queue's counters, kept in Redis by the scripts in ``<prefix>:counts``.
@@ -173,6 +199,7 @@ class QueueCounts:
         dead: Items moved to the dead letters.
         expired: Leases found expired by a clean.
         requeued: Dead letters put back in the queue.
+        cancelled: Items cancelled by id (``cancel``).
     """
 
     added: int = 0
@@ -182,6 +209,7 @@ class QueueCounts:
     dead: int = 0
     expired: int = 0
     requeued: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)

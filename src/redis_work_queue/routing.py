@@ -100,13 +100,15 @@ class ClusterSender(Sender):
 
     It keeps plain clients of the nodes it sent writes that wait to (by address), each with
     its own sender (which knows the scripts loaded on that node), dropped after a failover or
-    a slot move.
+    a slot move. Its calls are scripts (EVALSHA): redis-py routes an FCALL only after asking
+    a node for its keys, a round trip more on every call.
     """
 
     __slots__ = ("nodes",)
 
     def __init__(self) -> None:
-        super().__init__()
+        # Scripts: redis-py asks a node for an FCALL's keys on every call to route it.
+        super().__init__("never")
         self.nodes: dict[tuple[str, int], tuple[Any, Sender]] = {}
 
     def check(self, db: Any, call: ScriptCall) -> None:
@@ -222,7 +224,7 @@ class ClusterSender(Sender):
                 client = redis.Redis(
                     host=node.host, port=node.port, retry=Retry(NoBackoff(), 0), **kwargs
                 )
-            found = clients[(node.host, node.port)] = (client, Sender())
+            found = clients[(node.host, node.port)] = (client, Sender("never"))
         return found
 
     def _forget_nodes(self) -> None:

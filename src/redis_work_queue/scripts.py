@@ -34,7 +34,12 @@ def translate_error(err: ResponseError) -> Exception:
     message = str(err)
     if isinstance(err, OutOfMemoryError) or message.startswith("OOM "):
         return OutOfMemoryError(message)
-    message = loader.locate(message)
+    if "@user_function:" in message:
+        from . import functions  # noqa: PLC0415 - it imports this module's loader
+
+        message = functions.locate(message)
+    else:
+        message = loader.locate(message)
     if "WRONGTYPE" in message:
         return WrongKeyTypeError(
             "a key of this queue holds a value of the wrong Redis type; nothing was changed "
@@ -47,14 +52,17 @@ class Script:
     """One Lua script of the package: its name, source (``script``, bytes) and SHA1.
 
     ``script`` and ``sha`` are the attributes redis-py's pipelines load a script by.
+    ``packaged`` is True for a script of ``lua/`` as :func:`load` assembles it: a function of
+    the package's library (:mod:`.functions`) runs it where the server takes functions.
     """
 
-    __slots__ = ("name", "script", "sha")
+    __slots__ = ("name", "packaged", "script", "sha")
 
-    def __init__(self, name: str, source: str) -> None:
+    def __init__(self, name: str, source: str, *, packaged: bool = False) -> None:
         self.name = name
         self.script = source.encode("utf-8")
         self.sha = hashlib.sha1(self.script).hexdigest()
+        self.packaged = packaged
 
     def __call__(self, db: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run the script on a client (sync, or awaitable on asyncio) and return its reply.
@@ -92,7 +100,7 @@ def load(name: str) -> Script:
         LuaSourceError: The script or one of its includes is missing, or an include is circular
             or malformed (see :mod:`.loader`).
     """
-    return Script(name, loader.assemble(name).text)
+    return Script(name, loader.assemble(name).text, packaged=True)
 
 
 def preload(client: Any) -> None:

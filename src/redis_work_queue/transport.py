@@ -11,7 +11,8 @@ hand the call to the client's sender, chosen once per client:
 - :class:`~.senders.Sender`, redis-py's public command layer, for every other client.
 
 The choice is kept here, by client, for as long as the client lives: nothing is stored on the
-client object. :func:`use` overrides it.
+client object. :func:`use` overrides it. Each sender calls the package's scripts as Redis
+Functions where the server takes them (:mod:`.functions`); :func:`use_functions` chooses.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def _choose(db: Any, path: Path) -> senders.Sender:
         )
     else:
         sender = senders.Sender()
+    old = _SENDERS.get(id(db))
+    if old is not None and not routing.is_cluster(db):  # a path chosen again keeps the mode
+        sender.mode, sender.functions = old.mode, old.functions
+    elif sender.mode == "auto" and _emulated(db):
+        sender.functions = False  # an emulation (fakeredis) runs the scripts themselves
     key = id(db)
     if key not in _SENDERS:
         weakref.finalize(db, _SENDERS.pop, key, None)
@@ -76,6 +82,50 @@ def use(db: Any, path: Path) -> None:
     if path not in ("auto", "public", "lean"):
         raise InvalidArgumentError(f"path must be 'auto', 'public' or 'lean', not {path!r}")
     _choose(db, path)
+
+
+def _emulated(db: Any) -> bool:
+    """Whether ``db`` talks to an emulation of Redis rather than a server (fakeredis)."""
+    pool = getattr(db, "connection_pool", None)
+    kind = getattr(pool, "connection_class", None)
+    return "fakeredis" in getattr(kind, "__module__", "") or "fakeredis" in type(db).__module__
+
+
+Mode = Literal["auto", "always", "never"]
+
+
+def use_functions(db: Any, mode: Mode) -> None:
+    """Choose whether the package's scripts run as Redis Functions on ``db``.
+
+    ``"auto"`` (the default, or the ``RWQ_FUNCTIONS`` environment variable): calls go with
+    FCALL to the package's function library, loaded on the server when it does not have it,
+    where the server takes functions (Redis 7 and later, with FUNCTION and FCALL allowed);
+    else with EVALSHA. ``"always"``: functions only (a server that refuses them raises
+    :class:`~redis_work_queue.errors.ScriptError`). ``"never"``: scripts only. Calls on a Redis
+    Cluster client, and pipelines, are always scripts; so are calls on fakeredis under
+    ``"auto"``. Replies and the keys written are the same either way.
+
+    Raises:
+        InvalidArgumentError: ``mode`` is none of those, or ``"always"`` was asked for a
+            Redis Cluster client.
+    """
+    if mode not in senders.FUNCTION_MODES:
+        raise InvalidArgumentError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
+    sender = sender_of(db)
+    if routing.is_cluster(db):
+        if mode == "always":
+            raise InvalidArgumentError(
+                "a Redis Cluster client calls scripts (EVALSHA): use 'auto' or 'never', and "
+                "'rwq functions install' to load the functions on every primary ahead"
+            )
+        return
+    sender.mode = mode
+    sender.functions = False if mode == "never" or (mode == "auto" and _emulated(db)) else None
+
+
+def uses_functions(db: Any) -> bool | None:
+    """Whether calls on ``db`` go as functions: None until the server has first answered."""
+    return sender_of(db).functions
 
 
 def lean_available(db: Any) -> bool:

@@ -236,3 +236,37 @@ def check_refresh_secs(value: float | str, name: str = "refresh_secs") -> float:
             f"{MAX_REFRESH_SECS:g}, not {value!r}"
         )
     return float(number)
+
+
+#: The most bytes a kept result may hold, and a progress report.
+MAX_RESULT_BYTES = 16 << 20
+MAX_PROGRESS_BYTES = 4096
+
+
+def check_result(result: object, keep_ms: int) -> bytes:
+    """A result to keep, as bytes (str as UTF-8, None as empty).
+
+    Raises:
+        InvalidArgumentError: The queue keeps no results (``keep_ms`` is 0), the result is not
+            bytes, str or None, or it is longer than :data:`MAX_RESULT_BYTES`.
+    """
+    if not keep_ms:
+        raise InvalidArgumentError(
+            "complete(..., result=...) needs a queue that keeps results: make it with "
+            "WorkQueue(..., keep_results=seconds)"
+        )
+    if result is None:
+        return b""
+    if isinstance(result, str):
+        result = result.encode("utf-8", "surrogateescape")
+    if not isinstance(result, bytes):
+        raise InvalidArgumentTypeError(
+            f"result must be bytes or str, not {type(result).__name__} (encode it, as JSON for "
+            "example)"
+        )
+    if len(result) > MAX_RESULT_BYTES:
+        raise InvalidArgumentError(
+            f"result is {len(result)} bytes, more than the limit of {MAX_RESULT_BYTES} "
+            "(16 MiB): keep large results elsewhere and return their key"
+        )
+    return result

@@ -144,6 +144,14 @@ class Worker(Shell):
         health_file: Touch this file at each heartbeat while the worker is healthy: not during
             an outage, nor when every handler is stuck past its timeout. A liveness probe
             checks its age.
+        schedule_secs: Add the due occurrences of the queues' schedules (see
+            :meth:`WorkQueue.schedule`) at most once per this many seconds across every worker
+            of the queues, gated in Redis (``<P>:schedules:turn``, set only on a queue that has
+            schedules). None leaves it to others (``rwq scheduler``).
+        batch: With several threads, lease for the slots waiting for an item in one call and
+            complete the handlers that returned together (see
+            :mod:`redis_work_queue.runner.batching`); False: each slot leases and completes
+            its own items. Worker processes each run one slot, which does not batch.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the handler is asynchronous
@@ -168,6 +176,8 @@ class Worker(Shell):
         clean_secs: CleanSecs = "auto",
         heartbeat_secs: float | None = 5.0,
         health_file: str | os.PathLike[str] | None = None,
+        schedule_secs: float | None = 1.0,
+        batch: bool = True,
     ) -> None:
         self.options: Options = check_options(
             queues,
@@ -182,6 +192,8 @@ class Worker(Shell):
             clean_secs,
             heartbeat_secs,
             health_file,
+            schedule_secs=schedule_secs,
+            batch=batch,
         )
         if processes and not isinstance(redis_url, str):
             raise InvalidArgumentError("worker processes connect by URL: pass redis_url as a str")
@@ -198,6 +210,12 @@ class Worker(Shell):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled(signum)
+
+    def _mode(self) -> str:
+        return "processes" if self.processes else "threads"
+
+    def _source(self) -> Any:
+        return self.redis_url
 
     def run(
         self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
@@ -326,7 +344,10 @@ class Worker(Shell):
         assert isinstance(self.redis_url, str)  # checked in __init__
         return ChildConfig(
             redis_url=self.redis_url,
-            queues=tuple((q.name.prefix, q.max_deliveries) for q in self.queues),
+            queues=tuple(
+                (q.name.prefix, q.max_deliveries, q.keep_results, q.shards, q.shards_before)
+                for q in self.queues
+            ),
             handler=self.handler,
             lease_secs=self.lease_secs,
             backoff=self.backoff,

@@ -10,9 +10,14 @@ from datetime import datetime
 from . import transport
 from .clients import SyncClient, SyncPipeline
 from .item import Item
-from .ops import PIPELINE_CHUNK
+from .ops import PIPELINE_CHUNK, jobs, listing
 from .ops import lease as lease_ops
+from .ops import schedules as schedule_ops
+from .ops import sharded as sharded_ops
+from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
+from .ops.listing import DelayedItem
+from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
     CleanReport,
@@ -243,7 +248,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
                 out of range.
         """
-        return run(db, self.ops.renew(item, lease_secs))
+        return bool(run(db, self.ops.renew(item, lease_secs)))
 
     def release(
         self, db: SyncClient, item: Item, delay: float = 0, reason: str | None = None
@@ -364,8 +369,18 @@ class WorkQueue(QueueBase):
 
     # Completing -------------------------------------------------------------------------------
 
-    def complete(self, db: SyncClient, item: Item, replicas: int | None = None) -> bool:
+    def complete(
+        self,
+        db: SyncClient,
+        item: Item,
+        replicas: int | None = None,
+        result: bytes | str | None = None,
+    ) -> bool:
         """Mark an item as done and remove it, with all its bookkeeping, from the queue.
+
+        On a queue made with ``keep_results``, its result (``result``: bytes, or str as UTF-8;
+        None: empty) is kept that long in the same script call, for :meth:`state` and
+        :meth:`result`.
 
         Returns:
             True for exactly one call per item: the call that removed it. Every later call (or
@@ -377,8 +392,10 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: The processing key holds something other than a list.
             ReplicationError: Too few replicas acknowledged the completion in time (``replicas``,
                 or the queue's, as for :meth:`add_item`).
+            InvalidArgumentError: ``result`` is given to a queue that keeps no results, is not
+                bytes or str, or is longer than 16 MiB.
         """
-        return run(db, self.ops.complete_one(item, replicas))
+        return run(db, self.ops.complete_one(item, replicas, result))
 
     def complete_many(
         self, db: SyncClient, items: Iterable[Item], replicas: int | None = None
@@ -580,6 +597,31 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.pending(start, count))
 
+    def delayed(
+        self,
+        db: SyncClient,
+        start: int = 0,
+        count: int = 10,
+        preview_bytes: int | None = None,
+    ) -> list[DelayedItem]:
+        """Look at the delayed items (held back until a due time), soonest due first.
+
+        Args:
+            db: The Redis client.
+            start: Position of the first item: 0 is the one due soonest; negative positions
+                count from the one due last (-1).
+            count: Most items to return.
+            preview_bytes: As for :meth:`peek`: at most this many bytes of each item's data
+                (with the whole length in ``size``); None returns the whole data.
+
+        Returns:
+            The items in due order, each with its position and due time.
+
+        Raises:
+            InvalidArgumentError: A page argument or ``preview_bytes`` is out of range.
+        """
+        return run(db, listing.delayed(self.keys, start, count, preview_bytes))
+
     def flush(self, db: SyncClient, progress: Callable[[int], None] | None = None) -> FlushReport:
         """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.
 
@@ -607,6 +649,287 @@ class WorkQueue(QueueBase):
         apart.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+    # Job control by id ------------------------------------------------------------------------
+
+    def state(self, db: SyncClient, item_id: str) -> ItemState:
+        """Where one item is: queued, delayed, leased, expired, dead, completed or gone.
+
+        One script call, of bounded cost whatever the queue's length (the docs' page on job
+        control says what each state costs).
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            Its state, delivery count, lease, due time and last failure's reason.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.state(self.ops, item_id))
+
+    def states(self, db: SyncClient, ids: Iterable[str]) -> list[ItemState]:
+        """The state of each of ``ids``, in their order (one script call per 500 ids).
+
+        Args:
+            db: The Redis client.
+            ids: The items' ids.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not a list of str (checked before any call).
+        """
+        return run(db, jobs.states(self.ops, ids))
+
+    # Schedules (see docs/schedules.md) ---------------------------------------------------------
+
+    def schedule(
+        self,
+        db: SyncClient,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        data: bytes | str = b"",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        catch_up: schedule_ops.CatchUp = "one",
+        overlap: schedule_ops.Overlap = "add",
+    ) -> bool:
+        """Create or replace a schedule: items added on a cron expression or at a fixed interval.
+
+        Each occurrence is an ordinary item of the queue, added exactly once however many
+        schedulers run (the workers run them; see :meth:`run_schedules`), with the id
+        ``<name>@<due time in UTC>`` (``nightly@2026-11-27T01:00:00.000Z``). Declaring the same
+        schedule again (as every worker may at start) changes nothing, so its due times, and
+        the catch-up after downtime, are kept; a changed one replaces it atomically (a paused
+        schedule stays paused).
+
+        Args:
+            db: The Redis client.
+            name: The schedule's name (1 to 200 characters, without ``@``).
+            cron: A cron expression of five fields (minute hour day-of-month month
+                day-of-week), or six with a seconds field first, read in ``tz``.
+            every: Instead of ``cron``: an interval in seconds (at least 0.1); occurrences fall
+                on ``start`` plus whole intervals (the Unix epoch without ``start``).
+            tz: The IANA time zone of the cron expression (``"Europe/Paris"``).
+            data: The data of each occurrence.
+            start: No occurrence is due before this: an aware datetime or seconds since the
+                epoch.
+            end: No occurrence is due after this.
+            catch_up: For due times that passed while no scheduler ran: ``"none"`` skips them,
+                ``"one"`` adds one occurrence (for the latest), ``"all"`` adds one each (the
+                latest 100).
+            overlap: ``"skip"``: add no occurrence while the last one added is still queued,
+                delayed or leased; ``"add"`` (the default) adds regardless.
+
+        Returns:
+            True when the schedule was created or changed; False when it existed as given.
+
+        Raises:
+            InvalidArgumentError: An argument is invalid (a bad cron field, an unknown zone,
+                both or neither of ``cron`` and ``every``, ``end`` before ``start``, a name
+                holding ``@``); nothing is written.
+            MissingExtraError: A cron schedule needs the ``schedules`` extra.
+            WrongKeyTypeError: A key of the queue holds the wrong Redis type.
+        """
+        return run(
+            db,
+            schedule_ops.schedule_steps(
+                self.keys,
+                name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                data=data,
+                start=start,
+                end=end,
+                catch_up=catch_up,
+                overlap=overlap,
+            ),
+        )
+
+    def schedules(self, db: SyncClient) -> list[schedule_ops.Schedule]:
+        """The queue's schedules (paused ones first, then by next due time), read in pages."""
+        return run(db, schedule_ops.list_steps(self.keys))
+
+    def pause_schedule(self, db: SyncClient, name: str) -> bool:
+        """Pause a schedule: no occurrence is added until it is resumed. True when it ran."""
+        return run(db, schedule_ops.pause_steps(self.keys, name))
+
+    def resume_schedule(self, db: SyncClient, name: str) -> bool:
+        """Resume a paused schedule from its next due time after now; True when it was paused.
+
+        The due times that passed while it was paused are skipped.
+        """
+        return run(db, schedule_ops.resume_steps(self.keys, name))
+
+    def remove_schedule(self, db: SyncClient, name: str) -> bool:
+        """Remove a schedule (the occurrences it added stay). True when it existed."""
+        return run(db, schedule_ops.remove_steps(self.keys, name))
+
+    def run_schedules(self, db: SyncClient, limit: int = schedule_ops.DUE_LIMIT) -> list[str]:
+        """Add the occurrences of the schedules that are due, by the server's clock.
+
+        The worker runners call it in their housekeeping (``rwq scheduler`` runs it alone); any
+        number of callers may race: each occurrence is added once.
+
+        Args:
+            db: The Redis client.
+            limit: The most due schedules taken in this call (the rest are taken by the next).
+
+        Returns:
+            The ids of the occurrences added, oldest first for each schedule.
+        """
+        return run(db, schedule_ops.run_steps(self.keys, limit))
+
+    def cancel(self, db: SyncClient, item_id: str) -> Cancelled:
+        """Cancel one item by id, in one script call.
+
+        A queued or delayed item is removed at once, with its data and bookkeeping. A leased
+        item's data goes too, and its lease is marked: its holder's next renewal reports the
+        cancellation (:meth:`renew_outcome` returns ``Renewed.CANCELLED``), and the worker runner
+        then stops the handler as it stops one past its timeout. Either way no client, of this
+        library or of the reference design, hands the item out again. Counted as ``cancelled``
+        in :meth:`counts`.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            ``Cancelled.REMOVED`` (it was waiting), ``Cancelled.SIGNALLED`` (it was leased) or
+            ``Cancelled.NOT_FOUND`` (dead, done or never added: nothing changed), which is
+            false.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.cancel(self.ops, item_id))
+
+    def promote(self, db: SyncClient, item_id: str) -> bool:
+        """Make a delayed item due now: it is the next to be leased.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+
+        Returns:
+            True when it was delayed; False (nothing changed) otherwise.
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.promote(self.ops, item_id))
+
+    def retry(self, db: SyncClient, item_id: str) -> bool:
+        """Put one dead letter back on the queue, its count reset (``requeue_dead`` of one id).
+
+        Args:
+            db: The Redis client.
+            item_id: The dead letter's id.
+
+        Returns:
+            True when it was a dead letter and is queued again; False when it is not a dead
+            letter, or its id is in use by a live item again (it stays dead).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str.
+        """
+        return run(db, jobs.retry(self.ops, item_id))
+
+    def reschedule(self, db: SyncClient, item_id: str, delay: float | datetime) -> bool:
+        """Give a queued or delayed item a new due time.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            delay: Seconds from now (>= 0), or a timezone-aware ``datetime``.
+
+        Returns:
+            True when it was queued or delayed (it is now delayed until then); False when it is
+            leased, dead or gone (nothing changed).
+
+        Raises:
+            InvalidArgumentError: ``item_id`` is not a str, or ``delay`` is negative, not a
+                number or a naive datetime.
+        """
+        return run(db, jobs.reschedule(self.ops, item_id, delay))
+
+    def renew_outcome(self, db: SyncClient, item: Item, lease_secs: float) -> Renewed:
+        """Extend a held lease (as :meth:`renew`) and say what happened.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            lease_secs: The new lease length, from now.
+
+        Returns:
+            ``Renewed.RENEWED`` (true), ``Renewed.NOT_HELD`` (the lease ran out or another
+            worker holds the item) or ``Renewed.CANCELLED``: the item was cancelled while held
+            (see :meth:`cancel`); stop working on it. Both are false.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``lease_secs`` is
+                not positive.
+        """
+        return run(db, jobs.renew_outcome(self.ops, item, lease_secs))
+
+    def result(self, db: SyncClient, item_id: str, timeout: float | None = None) -> bytes:
+        """The kept result of an item, waiting for its completion if need be.
+
+        The wait is a blocking read of the key the completing script writes (no polling): the
+        caller wakes as the item is completed. It needs a queue made with ``keep_results``.
+
+        Args:
+            db: The Redis client.
+            item_id: The item's id.
+            timeout: The longest wait, in seconds; 0 does not wait; None (the default) waits
+                for ever.
+
+        Returns:
+            The result (bytes; empty when the item was completed without one).
+
+        Raises:
+            ItemDeadError: The item is in the dead letters: no result will come.
+            ResultTimeoutError: No result came in time (its ``state`` says where the item is).
+            InvalidArgumentError: ``item_id`` is not a str, or ``timeout`` is negative.
+        """
+        return run(db, jobs.result(self.ops, item_id, timeout))
+
+    def report_progress(self, db: SyncClient, item: Item, progress: object) -> bool:
+        """Report a leased item's progress: :meth:`state` shows it while the lease lasts.
+
+        A handler run by the worker runner reports with
+        :func:`redis_work_queue.runner.report_progress` instead.
+
+        Args:
+            db: The Redis client.
+            item: The leased item.
+            progress: A number, or a small JSON-able value (at most 4,096 bytes as JSON).
+
+        Returns:
+            True when kept; False when the caller does not hold the lease (it ran out, another
+            worker holds the item, or it was cancelled). A report renews nothing, and lapses
+            with the lease.
+
+        Raises:
+            InvalidArgumentError: ``item`` was not leased by this library, or ``progress`` is
+                not JSON-able or too long.
+        """
+        return run(db, jobs.report_progress(self.ops, item, progress))
+
+    # Shards -----------------------------------------------------------------------------------
+
+    def shard_stats(self, db: SyncClient) -> list[ShardStats]:
+        """Each shard's counts by state and counters: the per-shard view of :meth:`stats`.
+
+        An unsharded queue has one row, its own. For dashboards and for finding a hot or a
+        stuck shard (see :doc:`sharding`).
+        """
+        return run(db, sharded_ops.shard_stats(self.ops))
 
 
 def lease_from(

@@ -1,10 +1,14 @@
 """The dashboard's web application: a Starlette app serving one page and its JSON endpoints.
 
-``GET /`` is the page, ``GET /api/overview`` every queue's counts (and one queue's recent samples),
-``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers, and
-``POST /api/action`` an action on one queue (only when actions are enabled, and only with the
-page's CSRF token). Redis being unreachable is answered with status 503 and an error the page
-shows in a banner; the next request after Redis is back succeeds.
+``GET /`` is the page (what it shows is in its query: ``?queue=&tab=&page=``, ``?queue=&job=``,
+``?view=workers``), ``GET /api/overview`` every queue's counts (and one queue's recent samples),
+``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers (with
+``&tab=waiting|leased|delayed|dead&page=N``: one page of that tab), ``GET /api/job?name=&id=``
+one job, ``GET /api/workers`` the live workers of every queue shown and the queues' job
+durations, ``GET /api/data`` one item's whole data, and ``POST /api/action`` an action on one
+queue or one job (only when actions are enabled, and only with the page's CSRF token). Redis
+being unreachable is answered with status 503 and an error the page shows in a banner; the next
+request after Redis is back succeeds.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..aio import AsyncWorkQueue
+from ..cli import plural
 from ..connect import mask
 from ..errors import InvalidArgumentError, WorkQueueError
 from ..keyprefix import KeyPrefix
+from ..results import Cancelled
 from ..validation import check_refresh_secs
 from . import data
 
@@ -46,7 +52,9 @@ HERE = Path(__file__).resolve().parent
 CSRF_HEADER = "x-csrf-token"
 #: The errors that mean Redis cannot be reached right now (the page shows a banner).
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
-ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush")
+#: The actions on one job (job control's operations), by id.
+JOB_ACTIONS = ("cancel", "promote", "retry")
+ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush", *JOB_ACTIONS)
 #: Longest wait between two samples while Redis is unreachable.
 MAX_SAMPLE_BACKOFF = 30.0
 
@@ -234,15 +242,30 @@ async def overview(request: Request) -> Response:
 
 
 async def queue_detail(request: Request) -> Response:
-    """One queue's waiting items, pending leases, dead letters and live workers."""
+    """One queue's waiting items, pending leases, dead letters and live workers.
+
+    With ``&tab=waiting|leased|delayed|dead&page=N``, one page of that tab and the queue's
+    counts instead (the console's view).
+    """
     state = _state(request)
     name = request.query_params.get("name", "")
+    tab = request.query_params.get("tab")
+    if tab is not None and tab not in data.TABS:
+        return _json({"ok": False, "error": f"no tab {tab!r}: one of {', '.join(data.TABS)}"}, 400)
+    try:
+        page_no = int(request.query_params.get("page", "1"))
+    except ValueError:
+        return _json({"ok": False, "error": "page must be a number (1 is the first)"}, 400)
+    if not 1 <= page_no <= data.MAX_PAGE:
+        return _json({"ok": False, "error": f"page must be 1 to {data.MAX_PAGE}"}, 400)
 
     async def work() -> dict[str, Any]:
         await state.queue_names()
         if not state.known(name):
             raise _NotShown(name)
         try:
+            if tab is not None:
+                return {"ok": True, **(await data.queue_tab(state.db, name, tab, page_no))}
             return {"ok": True, **(await data.queue_detail(state.db, name))}
         except UNREACHABLE:
             raise
@@ -253,6 +276,42 @@ async def queue_detail(request: Request) -> Response:
         return await _guarded(state, work)
     except _NotShown:
         return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def job_detail(request: Request) -> Response:
+    """One job's page: ``?name=<queue>&id=<id>`` (bounded reads; see ``data.job_detail``)."""
+    state = _state(request)
+    name = request.query_params.get("name", "")
+    item_id = request.query_params.get("id")
+    if not item_id:
+        return _json({"ok": False, "error": "name the job: ?name=QUEUE&id=ID"}, 400)
+
+    async def work() -> dict[str, Any]:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        return {"ok": True, **(await data.job_detail(state.db, name, item_id))}
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def workers(request: Request) -> Response:
+    """The live workers of every queue shown, each once."""
+    state = _state(request)
+
+    async def work() -> dict[str, Any]:
+        names = await state.queue_names()
+        return {
+            "ok": True,
+            "time": data.now(),
+            "workers": await data.workers_everywhere(state.db, names),
+            "durations": await data.queue_durations(state.db, names),
+        }
+
+    return await _guarded(state, work)
 
 
 async def item_data(request: Request) -> Response:
@@ -353,6 +412,15 @@ async def _checked_action(
             raise _Refused(400, str(err)) from err
     if kind == "flush" and body.get("confirm") != name:
         raise _Refused(400, f"type the queue's name ({name}) to confirm the flush")
+    if kind in JOB_ACTIONS:
+        # One job, by id (job control's operations).
+        if not isinstance(body.get("id"), str) or not body["id"]:
+            raise _Refused(400, f'name the job to {kind} in "id" (a string)')
+        ids = [body["id"]]
+    if kind in ("requeue", "purge") and ids is None and body.get("confirm") != name:
+        raise _Refused(
+            400, f"type the queue's name ({name}) to confirm {kind} of every dead letter"
+        )
     return name, kind, ids
 
 
@@ -370,9 +438,12 @@ async def action(request: Request) -> Response:
             raise _NotShown(name)
         queue = AsyncWorkQueue(KeyPrefix(name))
         if kind == "requeue":
-            message = f"requeued {await queue.requeue_dead(state.db, ids)} dead letters"
+            message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":
-            message = f"purged {await queue.purge_dead(state.db, ids)} dead letters"
+            message = f"purged {plural(await queue.purge_dead(state.db, ids), 'dead letter')}"
+        elif kind in JOB_ACTIONS:
+            assert ids is not None  # checked: one job's id
+            message = await _job_action(queue, state.db, kind, ids[0])
         elif kind == "light-clean":
             message = _clean_message(await queue.light_clean(state.db))
         elif kind == "deep-clean":
@@ -388,6 +459,22 @@ async def action(request: Request) -> Response:
         return await _guarded(state, work)
     except _NotShown:
         return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def _job_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, item_id: str) -> str:
+    """Run job control's ``cancel``, ``promote`` or ``retry`` on one job; what it did."""
+    if kind == "cancel":
+        done = await queue.cancel(db, item_id)
+        if done == Cancelled.SIGNALLED:
+            return f"cancelled {item_id} (its worker is told at its next renewal)"
+        return f"cancelled {item_id}" if done else f"{item_id}: nothing to cancel"
+    if kind == "promote":
+        if await queue.promote(db, item_id):
+            return f"promoted {item_id}: it is the next to be leased"
+        return f"{item_id} is not delayed"
+    if await queue.retry(db, item_id):
+        return f"{item_id} is queued again"
+    return f"{item_id} is not a dead letter (or its id is in use again)"
 
 
 def _clean_message(report: Any) -> str:
@@ -595,6 +682,8 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             Route("/api/overview", overview),
             Route("/api/queue", queue_detail),
             Route("/api/data", item_data),
+            Route("/api/job", job_detail),
+            Route("/api/workers", workers),
             Route("/api/action", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],

@@ -35,6 +35,8 @@ MAX_QUEUES = 200
 PREVIEW_BYTES = 256
 #: Rows of each per-queue table (waiting, pending, dead letters).
 PAGE = 20
+#: The queue's counters sampled for the charts of events per second.
+COUNTERS = ("added", "completed", "failed")
 
 
 def discovery_pattern(match: str) -> str:
@@ -196,7 +198,9 @@ async def queue_summary(db: AsyncRedis, name: str, now: float) -> dict[str, Any]
     """
     queue = AsyncWorkQueue(KeyPrefix(name))
     stats = await queue.stats(db)
+    counters = await queue.counts(db)  # one HGETALL of a hash of seven fields
     row: dict[str, Any] = {"name": name, **asdict(stats), "oldest_age": None}
+    row["counters"] = {k: getattr(counters, k) for k in COUNTERS}
     if stats.queued:
         head = await queue.peek(db, 0, 1, preview_bytes=0)  # its id only: no data is read
         made = uuid7_time(head[0].id) if head else None
@@ -312,14 +316,17 @@ class Samples:
         Args:
             name: The queue.
             at: When the counts were read.
-            counts: The counts (``queued``, ``leased`` and ``dead`` are kept).
+            counts: The counts (``queued``, ``leased`` and ``dead`` are kept, and the
+                counters of ``counters``: ``added``, ``completed``, ``failed``).
             min_gap: Skip the sample when the last one is less than this many seconds older
                 (many open pages then do not shorten the time the ring covers).
         """
         ring = self.rings.setdefault(name, deque(maxlen=self.keep))
         if ring and at - ring[-1][0] < min_gap:
             return
-        ring.append((at, {k: int(counts[k]) for k in ("queued", "leased", "dead")}))
+        kept = {k: int(counts[k]) for k in ("queued", "leased", "dead")}
+        kept.update({k: int(v) for k, v in (counts.get("counters") or {}).items()})
+        ring.append((at, kept))
 
     def history(self, name: str) -> list[dict[str, float]]:
         """A queue's samples, oldest first, as ``{"t": ..., "queued": ..., ...}`` dicts."""
@@ -356,3 +363,336 @@ class Samples:
 def now() -> float:
     """The wall-clock time, in seconds since the epoch."""
     return time.time()
+
+
+# The console: tabs of one queue, paged; one job; workers across queues -----------------------
+
+#: The tabs of a queue, each a listing read one page at a time.
+TABS = ("waiting", "leased", "delayed", "dead")
+#: Bytes of a job's data shown on its page at most (the rest is a download).
+JOB_PREVIEW_BYTES = 4096
+#: Bytes of a job's reason read at most: a longer one is cut (the whole is in the download).
+JOB_REASON_BYTES = 16384
+#: The highest page number asked for that is still read (a bound on the index, not the reads).
+MAX_PAGE = 10**7
+
+
+def page_bounds(page: int, total: int, per_page: int = PAGE) -> tuple[int, int, int]:
+    """The page actually shown, and its first and last positions (1-based, inclusive).
+
+    A page past the end shows the last page; an empty listing shows page 1 as ``0-0``.
+
+    Args:
+        page: The page asked for (1 is the first).
+        total: How many entries the listing holds.
+        per_page: Entries a page.
+
+    Returns:
+        ``(page, first, last)``, e.g. ``(2, 21, 40)``.
+    """
+    pages = max(1, -(-total // per_page))
+    page = min(max(1, page), pages)
+    if total == 0:
+        return 1, 0, 0
+    first = (page - 1) * per_page + 1
+    return page, first, min(first + per_page - 1, total)
+
+
+async def queue_tab(db: AsyncRedis, name: str, tab: str, page: int) -> dict[str, Any]:
+    """One page of one tab of a queue, with the queue's counts: a bounded read of Redis.
+
+    The counts come from ``stats``; the page from ``peek``, ``pending``, ``delayed`` or
+    ``dead_letters`` with ``start``/``count`` and a preview bound, so a refresh reads at most
+    :data:`PAGE` entries and :data:`PREVIEW_BYTES` of each item's data, whatever the queue's
+    length and the items' sizes.
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+        tab: One of :data:`TABS`.
+        page: The page asked for (1 is the first).
+
+    Returns:
+        A JSON-ready dict: ``name``, ``tab``, ``page``, ``pages``, ``first``, ``last``,
+        ``total``, ``counts`` and ``rows``.
+    """
+    queue = AsyncWorkQueue(KeyPrefix(name))
+    stats = await queue.stats(db)
+    totals = {
+        "waiting": stats.queued,
+        "leased": stats.leased + stats.expired,
+        "delayed": stats.delayed,
+        "dead": stats.dead,
+    }
+    total = totals[tab]
+    page, first, last = page_bounds(page, total)
+    start, count = max(first - 1, 0), PAGE
+    rows: list[dict[str, Any]] = []
+    if total:
+        if tab == "waiting":
+            found = await queue.peek(db, start, count, preview_bytes=PREVIEW_BYTES)
+            rows = [
+                {"position": q.position, "id": q.id, "data": preview(q.data, q.size)} for q in found
+            ]
+        elif tab == "leased":
+            leases = await queue.pending(db, start, count)
+            rows = [
+                {
+                    "position": start + n,
+                    "id": p.id,
+                    "deliveries": p.deliveries,
+                    "leased_at": p.leased_at,
+                    "lease_left": p.lease_left,
+                    "expired": p.expired,
+                    "worker": None,  # a lease does not record its worker
+                }
+                for n, p in enumerate(leases)
+            ]
+        elif tab == "delayed":
+            held = await queue.delayed(db, start, count, preview_bytes=PREVIEW_BYTES)
+            rows = [
+                {
+                    "position": d.position,
+                    "id": d.id,
+                    "due_at": d.due_at,
+                    "data": preview(d.data, d.size),
+                }
+                for d in held
+            ]
+        else:
+            dead = await queue.dead_letters(db, start, count, preview_bytes=PREVIEW_BYTES)
+            rows = [{"position": start + n, **dead_row(d)} for n, d in enumerate(dead)]
+    if rows:
+        last = first + len(rows) - 1  # the listing may have changed since the counts
+    pages = max(1, -(-total // PAGE))
+    return {
+        "name": name,
+        "tab": tab,
+        "page": page,
+        "pages": pages,
+        "per_page": PAGE,
+        "first": first if rows else 0,
+        "last": last if rows else 0,
+        "total": total,
+        "counts": asdict(stats),
+        "rows": rows,
+    }
+
+
+def pretty_json(data: bytes | None, whole: bool) -> str | None:
+    """The data pretty-printed, when it is whole and parses as a JSON object or array."""
+    if data is None or not whole:
+        return None
+    stripped = data.lstrip()
+    if stripped[:1] not in (b"{", b"["):
+        return None
+    try:
+        import json  # noqa: PLC0415 (only for a job's page)
+
+        return json.dumps(json.loads(data), indent=2, ensure_ascii=False, sort_keys=False)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _text(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
+    """One job's page: where it is, its deliveries, reason and a bounded preview of its data.
+
+    Its state comes from ``state`` (job control: one script call). Its data and reasons take one
+    round trip of bounded reads (``STRLEN``/``GETRANGE`` of the data, the reasons' lengths by
+    ``HSTRLEN``, its place in the dead set), and a second for a reason of at most
+    :data:`JOB_REASON_BYTES` and a dead letter's data when it is small enough to show whole.
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+        item_id: The job's id.
+
+    Returns:
+        A JSON-ready dict with ``found``, ``state`` (``ItemState.state``: ``queued``,
+        ``delayed``, ``leased``, ``expired``, ``dead``, ``completed`` or ``gone``),
+        ``has_data``, ``data`` (a preview), ``json`` (pretty-printed when the whole data is
+        JSON), ``deliveries``, ``reason``, ``traceback``, ``lease_left``, ``leased_at``,
+        ``due_at`` and ``dead`` (the dead letter of that id, if any).
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    item, dead_key = keys.item(item_id), keys.dead_item(item_id)
+    async with db.pipeline(transaction=False) as pipe:
+        pipe.exists(item)
+        pipe.strlen(item)
+        pipe.getrange(item, 0, JOB_PREVIEW_BYTES - 1)
+        pipe.hstrlen(keys.reasons, item_id)
+        pipe.zscore(keys.dead, item_id)
+        pipe.hstrlen(dead_key, "data")
+        pipe.hmget(dead_key, "deliveries")
+        pipe.hstrlen(dead_key, "reason")
+        (
+            exists,
+            size,
+            head,
+            reason_len,
+            died,
+            dead_size,
+            (dead_deliveries,),
+            dead_reason_len,
+        ) = await pipe.execute()
+    # The reasons and a small dead letter's data: each read whole only when within its bound.
+    read_reason = 0 < int(reason_len) <= JOB_REASON_BYTES
+    read_dead_reason = 0 < int(dead_reason_len) <= JOB_REASON_BYTES
+    read_dead_data = died is not None and int(dead_size) <= JOB_PREVIEW_BYTES
+    reason = dead_reason = dead_data = None
+    if read_reason or read_dead_reason or read_dead_data:
+        async with db.pipeline(transaction=False) as pipe:
+            if read_reason:
+                pipe.hget(keys.reasons, item_id)
+            if read_dead_reason:
+                pipe.hget(dead_key, "reason")
+            if read_dead_data:
+                pipe.hget(dead_key, "data")
+            second = list(await pipe.execute())
+        reason = second.pop(0) if read_reason else None
+        dead_reason = second.pop(0) if read_dead_reason else None
+        dead_data = second.pop(0) if read_dead_data else None
+
+    # Where the job is, as the library's job control reads it (one script call).
+    found = await AsyncWorkQueue(KeyPrefix(name)).state(db, item_id)
+    whole = exists and int(size) <= JOB_PREVIEW_BYTES
+    first, traceback = split_reason(_text(reason) or "")
+    out: dict[str, Any] = {
+        "name": name,
+        "id": item_id,
+        "found": found.state != "gone",
+        "state": found.state,
+        "has_data": bool(exists),
+        "data": preview_of(head if exists else None, int(size), JOB_PREVIEW_BYTES),
+        "json": pretty_json(head if exists else None, bool(whole)),
+        "deliveries": found.deliveries,
+        "reason": first or None,
+        "traceback": traceback,
+        "reason_cut": int(reason_len) > JOB_REASON_BYTES,
+        "lease_left": found.lease_left,
+        "leased_at": found.leased_at,
+        "due_at": found.due_at,
+        "dead": None,
+    }
+    if died is not None:
+        dead_first, dead_tb = split_reason(_text(dead_reason) or "")
+        out["dead"] = {
+            "died_at": float(died) / 1000,  # the dead set's score: ms since the epoch
+            "deliveries": int(dead_deliveries or 0),
+            "reason": dead_first,
+            "traceback": dead_tb,
+            "reason_cut": int(dead_reason_len) > JOB_REASON_BYTES,
+            "data": preview_of(
+                dead_data, int(dead_size), JOB_PREVIEW_BYTES, shown=dead_data is not None
+            ),
+            "json": pretty_json(dead_data, dead_data is not None),
+        }
+    return out
+
+
+def preview_of(head: bytes | None, size: int, bound: int, shown: bool = True) -> dict[str, Any]:
+    """:func:`preview` of up to ``bound`` first bytes of a value of ``size`` bytes.
+
+    ``shown=False`` describes a value that was not read at all (only its size is known).
+    """
+    if not shown:
+        return {"kind": "hidden", "text": "", "size": size, "truncated": True}
+    if head is None:
+        return preview(None)
+    described = preview(head[:bound], size)
+    if described["kind"] == "text" and len(head) > PREVIEW_BYTES:
+        # preview() cuts at PREVIEW_BYTES: a job's page shows up to ``bound``.
+        text = head[:bound].decode("utf-8", "replace")
+        described = {**described, "text": text}
+    return described
+
+
+async def workers_everywhere(db: AsyncRedis, names: Iterable[str]) -> list[dict[str, Any]]:
+    """The live workers of every queue shown, each once, with the queues it works on.
+
+    Args:
+        db: The Redis client.
+        names: The queues shown.
+
+    Returns:
+        One JSON-ready row per worker (``WorkerInfo.as_dict``, with ``beat_age``), by id.
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    at = now()
+    for name in names:
+        for worker in await alive_workers(db, AsyncWorkQueue(KeyPrefix(name))):
+            row = worker.as_dict()
+            row["beat_age"] = None if worker.beat is None else max(0.0, at - worker.beat)
+            known = seen.get(worker.id)
+            if known is None:
+                row["seen_in"] = [name]
+                seen[worker.id] = row
+            else:
+                known["seen_in"].append(name)
+    return [seen[k] for k in sorted(seen)]
+
+
+def quantile_bound(counts: list[int], q: float) -> str | None:
+    """The upper bound of the histogram bucket that holds quantile ``q`` (None: no jobs).
+
+    Args:
+        counts: Per-bucket counts, in :data:`~redis_work_queue.durations.BOUNDS` order.
+        q: The quantile, 0 to 1.
+
+    Returns:
+        The bucket's bound as the histogram names it (``"0.25"``, ``"+Inf"``), or None.
+    """
+    from ..durations import BOUNDS  # noqa: PLC0415 (the histogram's buckets)
+
+    total = sum(counts)
+    if total <= 0:
+        return None
+    seen = 0
+    for bound, count in zip(BOUNDS, counts, strict=True):
+        seen += count
+        if seen >= q * total:
+            return bound
+    return BOUNDS[-1]
+
+
+async def queue_durations(db: AsyncRedis, names: Iterable[str]) -> list[dict[str, Any]]:
+    """The job durations of each queue shown, from the histogram its workers keep.
+
+    One metrics read per queue (``read_steps``: the counts and the ``<P>:durations`` hash of
+    2 x 14 buckets), so a bounded read whatever the number of jobs.
+
+    Args:
+        db: The Redis client.
+        names: The queues shown.
+
+    Returns:
+        One row per queue and outcome that has jobs: ``queue``, ``outcome`` (``completed``,
+        ``failed``), ``jobs``, ``mean`` (seconds) and ``p50``/``p95`` (the upper bound of the
+        bucket that holds them, in seconds, as text: ``"0.25"``, ``"+Inf"``).
+    """
+    from ..ops.metrics import read_steps  # noqa: PLC0415 (the workers page only)
+    from ..transport import arun  # noqa: PLC0415
+
+    rows = []
+    for name in names:
+        found = await arun(db, read_steps(AsyncWorkQueue(KeyPrefix(name)).ops))
+        for outcome, (counts, total_secs) in sorted(found.durations.items()):
+            jobs = sum(counts)
+            if jobs:
+                rows.append(
+                    {
+                        "queue": name,
+                        "outcome": outcome,
+                        "jobs": jobs,
+                        "mean": total_secs / jobs,
+                        "p50": quantile_bound(counts, 0.5),
+                        "p95": quantile_bound(counts, 0.95),
+                    }
+                )
+    return rows

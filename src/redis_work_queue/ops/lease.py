@@ -449,6 +449,11 @@ def lease_from(
     """
     if not queues:
         raise InvalidArgumentError("lease_from needs at least one queue")
+    if _sharded(queues):
+        sharded: tuple[int, Item] | None = yield from _shards().lease_from(
+            queues, lease_secs, block, timeout, at_most_once
+        )
+        return sharded
     request = LeaseRequest.of(lease_secs, block=block, timeout=timeout, at_most_once=at_most_once)
     if block:
         request = request.blocking_at_most((yield Ask("max_block")))
@@ -499,6 +504,11 @@ def complete_and_lease_from(
     if not queues:
         raise InvalidArgumentError("complete_and_lease_from needs at least one queue to lease from")
     item = check_item(item)
+    if _sharded([queue, *queues]):
+        outcome: tuple[
+            bool, tuple[int, Item] | None
+        ] = yield from _shards().complete_and_lease_from(queue, item, queues, lease_secs)
+        return outcome
     request = LeaseRequest.of(lease_secs)
     prefix = queue.keys.prefix
     index = next((i for i, q in enumerate(queues) if q.keys.prefix == prefix), None)
@@ -514,3 +524,15 @@ def complete_and_lease_from(
 def plan_of(queues: Sequence[QueueOps]) -> LeasePlan:
     """The lease plan of ``queues``: a queue's own for one queue, else a new one."""
     return queues[0].plan if len(queues) == 1 else LeasePlan(queues)
+
+
+def _shards() -> Any:
+    """The sharded queues' module (which imports this one)."""
+    from . import sharded  # noqa: PLC0415 (a cycle: it builds on this module)
+
+    return sharded
+
+
+def _sharded(queues: Sequence[QueueOps]) -> bool:
+    """Whether one of ``queues`` is spread over shards (see :mod:`.sharded`)."""
+    return any(getattr(queue, "shard_ops", None) is not None for queue in queues)

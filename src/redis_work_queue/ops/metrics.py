@@ -87,7 +87,17 @@ def parse_durations(raw: dict[str, str]) -> dict[str, tuple[list[int], float]]:
 
 @operation(scripts=("stats", "metrics"), cli="metrics", docs="operations.md#metrics")
 def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
-    """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``)."""
+    """Read one queue's metrics: its stats, then one read-only script (``lua/metrics.lua``).
+
+    A sharded queue's are its shards', merged: counts and histograms summed, the oldest
+    waiting item and the most overdue delayed one over every shard (see :func:`merge`).
+    """
+    shards = getattr(ops, "shard_ops", None)
+    if shards is not None:
+        parts = []
+        for shard in shards:
+            parts.append((yield from read_steps(shard)))
+        return merge(getattr(ops, "name", ops.keys.prefix), parts)
     stats = yield from ops.stats()
     keys = ops.keys
     reply = yield metrics_call(keys, DUE_CAP)
@@ -106,4 +116,33 @@ def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
         oldest_waiting=None if born is None else max(now_ms - born, 0) / 1000,
         delayed_overdue=overdue,
         workers=int(workers),
+    )
+
+
+def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
+    """One queue's metrics from its shards' (counts and histograms summed)."""
+
+    def total(records: list[Any]) -> Any:
+        kind = type(records[0])
+        names = kind.__dataclass_fields__
+        return kind(**{n: sum(getattr(r, n) for r in records) for n in names})
+
+    durations: dict[str, tuple[list[int], float]] = {}
+    for part in parts:
+        for outcome, (counts, seconds) in part.durations.items():
+            have, spent = durations.get(outcome, ([0] * len(counts), 0.0))
+            durations[outcome] = (
+                [a + b for a, b in zip(have, counts, strict=True)],
+                spent + seconds,
+            )
+    ages = [p.oldest_waiting for p in parts if p.oldest_waiting is not None]
+    return QueueMetrics(
+        queue=queue,
+        stats=total([p.stats for p in parts]),
+        counts=total([p.counts for p in parts]),
+        durations=durations,
+        delayed_due=sum(p.delayed_due for p in parts),
+        oldest_waiting=max(ages) if ages else None,
+        delayed_overdue=max(p.delayed_overdue for p in parts),
+        workers=sum(p.workers for p in parts),
     )

@@ -32,6 +32,7 @@ from ..results import (
     QueuedItem,
     QueueStats,
     Released,
+    Renewed,
 )
 from ..validation import (
     MAX_SECS,
@@ -42,6 +43,7 @@ from ..validation import (
     check_page,
     check_preview,
     check_replicas,
+    check_result,
     decode,
     held_token,
     new_token,
@@ -173,6 +175,15 @@ def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
     return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
 
 
+@builds("complete_result")
+def complete_result_call(
+    keys: QueueKeys, keep_ms: int, item_id: str, result: bytes, *, wait: Wait = None
+) -> ScriptCall:
+    """``lua/complete_result.lua``: complete ``item_id`` and keep ``result`` for ``keep_ms``."""
+    args = (keys.prefix, keep_ms, item_id, result)
+    return ScriptCall(scripts.load("complete_result"), keys.script_keys, args, wait, keys.slot_keys)
+
+
 @builds("stats")
 def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
@@ -285,11 +296,14 @@ class QueueOps:
         max_deliveries: int | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        keep_results: float | None = None,
     ) -> None:
         self.keys = keys
         self.max_deliveries = check_max_deliveries(max_deliveries)
         self.replicas = check_replicas(replicas)
         self.replica_timeout_ms = to_ms(replica_timeout, "replica_timeout")
+        #: How long a completed item's result is kept, in ms; 0: results are not kept.
+        self.keep_results_ms = 0 if keep_results is None else to_ms(keep_results, "keep_results")
         #: This queue's part of every script's KEYS and ARGV, and the keys named from them.
         self.script_keys = keys.script_keys
         self.script_args = keys.script_args
@@ -458,9 +472,9 @@ class QueueOps:
         return leased[0] if leased else None
 
     @operation(methods=("renew",), scripts=("renew",), writes=True, docs=API)
-    def renew(self, item: Item, lease_secs: float) -> Steps[bool]:
-        """Extend a held lease; True when it was extended."""
-        return bool((yield self.checked_renew(item, lease_secs)))
+    def renew(self, item: Item, lease_secs: float) -> Steps[Renewed]:
+        """Extend a held lease; what happened (true only when it was extended)."""
+        return Renewed(int((yield self.checked_renew(item, lease_secs))))
 
     def checked_renew(self, item: Item, lease_secs: float) -> ScriptCall:
         """The one call of :meth:`renew` (its arguments are checked here)."""
@@ -476,7 +490,10 @@ class QueueOps:
     )
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
-        return (yield from self._pipelined([self.checked_renew(i, lease_secs) for i in items]))
+        flags = yield from self._pipelined(
+            [self.checked_renew(i, lease_secs) for i in items], renewed=True
+        )
+        return flags
 
     @operation(
         methods=("give_back",),
@@ -491,12 +508,15 @@ class QueueOps:
         return (yield from self._pipelined(calls))
 
     @staticmethod
-    def _pipelined(calls: Sequence[ScriptCall]) -> Steps[list[bool]]:
-        """Independent one-call operations, :data:`PIPELINE_CHUNK` per round trip; their flags."""
+    def _pipelined(calls: Sequence[ScriptCall], renewed: bool = False) -> Steps[list[bool]]:
+        """Independent one-call operations, :data:`PIPELINE_CHUNK` per round trip; their flags.
+
+        With ``renewed`` (renewals), a flag is True for a reply of 1 only (2: cancelled).
+        """
         flags: list[bool] = []
         for chunk in _chunks(calls, PIPELINE_CHUNK):
             replies = yield Pipelined(tuple(chunk))
-            flags += (bool(int(reply)) for reply in replies)
+            flags += (int(reply) == 1 if renewed else bool(int(reply)) for reply in replies)
         return flags
 
     @operation(methods=("release",), scripts=("release",), writes=True, docs=API)
@@ -564,15 +584,40 @@ class QueueOps:
         return done
 
     @operation(
-        methods=("complete",), scripts=("complete",), commands=("WAIT",), writes=True, docs=API
+        methods=("complete",),
+        scripts=("complete", "complete_result"),
+        commands=("WAIT",),
+        writes=True,
+        docs=API,
     )
-    def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
-        """Complete one item; True for the one call that removed it."""
+    def complete_one(
+        self, item: Item, replicas: int | None = None, result: bytes | str | None = None
+    ) -> Steps[bool]:
+        """Complete one item; True for the one call that removed it.
+
+        On a queue that keeps results, ``result`` (bytes, or str as UTF-8; None: empty) is kept
+        with it, in the same script call.
+        """
+        if self.keep_results_ms or result is not None:
+            return (yield from self._complete_kept(item, replicas, result))
         if replicas is None and not self.replicas:
             item = check_item(item)
             return bool((yield complete_call(self.keys, item.id()))[0])
         done = yield from self.complete([item], replicas, one=True)
         return bool(done)
+
+    def _complete_kept(
+        self, item: Item, replicas: int | None, result: bytes | str | None
+    ) -> Steps[bool]:
+        """Complete one item and keep its result (see :meth:`complete_one`)."""
+        item = check_item(item)
+        value = check_result(result, self.keep_results_ms)
+        wait = self._wait(replicas)
+        call = complete_result_call(self.keys, self.keep_results_ms, item.id(), value, wait=wait)
+        reply: Reply = yield call
+        done = bool(reply if wait is None else reply[0])
+        self._check_acked(wait, reply, done)
+        return done
 
     # Cleaning ---------------------------------------------------------------------------------
 

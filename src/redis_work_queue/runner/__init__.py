@@ -13,7 +13,8 @@ Everything a worker decides is written once here, one module per concern:
   of drivers, :func:`~redis_work_queue.calls.drive` and ``adrive``, each with its perform
   function);
 - :mod:`.processes`: the process pool and the messages of its children;
-- :mod:`.shell`: what both runners share around their core (stop, abort, signals, the result).
+- :mod:`.shell`: what both runners share around their core (stop, abort, signals, the result);
+- :mod:`.progress`: progress reports from a running handler (:func:`report_progress`).
 
 The runners in :mod:`redis_work_queue.worker` and :mod:`redis_work_queue.aioworker` only start
 threads, processes or tasks around a :class:`Core`.
@@ -35,6 +36,7 @@ from .core import (
     failure_reason,
 )
 from .options import CleanSecs, Options, check_options, check_pool, socket_timeout_for
+from .progress import areport_progress, report_progress
 from .retry import Outage, backoff_delay, retrying
 
 __all__ = [
@@ -52,11 +54,13 @@ __all__ = [
     "Options",
     "Outage",
     "WorkerStats",
+    "areport_progress",
     "backoff_delay",
     "check_options",
     "check_pool",
     "failure_reason",
     "reconnect_delay",
+    "report_progress",
     "retrying",
     "socket_timeout_for",
     "transient",

@@ -86,6 +86,15 @@ class Handle:
     """
 
     item: Item
+    #: The queue it was leased from (the handler's current job, for progress reports).
+    queue: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The reply to :class:`Handle` when the handler returned something other than None."""
+
+    value: Any
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ synchronous client and on an asyncio one.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import random
@@ -26,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from .. import health
 from ..calls import Steps
@@ -34,13 +35,17 @@ from ..durations import DurationRecorder
 from ..item import Item
 from ..ops import health as health_ops
 from ..ops import lease as lease_ops
+from ..ops import schedules as schedule_ops
 from ..queue_base import QueueBase
-from ..results import Released
-from .actions import Flag, Handle, Loop, Pause, Replace
+from ..results import Released, Renewed
+from ..validation import check_result
+from .actions import Flag, Handle, Loop, Pause, Replace, Returned
+from .batching import Batch
 from .options import Options
-from .retry import GaveUp, Outage, backoff_delay, once, retrying
+from .retry import Done, GaveUp, Outage, backoff_delay, once, retrying
 
 logger = logging.getLogger("redis_work_queue.worker")
+T = TypeVar("T")
 
 #: The most bytes of a failure reason kept with an item and its dead letter.
 REASON_MAX_BYTES = 4096
@@ -66,12 +71,15 @@ class WorkerStats:
         lost: Items whose handler returned but that someone else had completed, or whose lease
             could not be renewed.
         timed_out: Of the failed items, those whose handler ran past its timeout.
+        cancelled: Items cancelled (``WorkQueue.cancel``) while their handler ran: the handler
+            was stopped as for a timeout, and nothing was written.
     """
 
     completed: int = 0
     failed: int = 0
     lost: int = 0
     timed_out: int = 0
+    cancelled: int = 0
 
     def add(self, other: WorkerStats) -> None:
         """Add another worker's counts to these."""
@@ -79,6 +87,7 @@ class WorkerStats:
         self.failed += other.failed
         self.lost += other.lost
         self.timed_out += other.timed_out
+        self.cancelled += other.cancelled
 
 
 # Failure records --------------------------------------------------------------------------------
@@ -160,6 +169,7 @@ def _with_traceback(head: str, err: BaseException, limit: int) -> str:
 # Held jobs --------------------------------------------------------------------------------------
 
 RUNNING, DONE, LOST, TIMED_OUT, ENDED = "running", "done", "lost", "timed out", "ended"
+CANCELLED = "cancelled"
 
 
 @dataclass(eq=False)
@@ -191,6 +201,8 @@ class Held:
         self.abandoned: set[Job] = set()
         #: Jobs whose handler is gone without an outcome, to be failed (see :meth:`end`).
         self.ended: list[tuple[Job, str]] = []
+        #: Cancelled jobs whose handler the watchdog is to stop (see :meth:`cancel_later`).
+        self.to_stop: list[Job] = []
 
     def hold(self, job: Job) -> None:
         """Hold ``job`` in its slot: renewed, and timed out past its deadline."""
@@ -273,6 +285,33 @@ class Held:
                 self._drop(job)
                 self.abandoned.add(job)
             return late
+
+    def cancel(self, job: Job) -> bool:
+        """The job's item was cancelled: stop renewing it; whether its handler still runs.
+
+        A running handler's job is marked, and abandoned until its handler is stopped.
+        """
+        with self._lock:
+            self._drop(job)
+            if job.state != RUNNING:
+                return False
+            job.state = CANCELLED
+            self.abandoned.add(job)
+            return True
+
+    def cancel_later(self, job: Job) -> bool:
+        """As :meth:`cancel`; the watchdog stops the handler (see :meth:`take_to_stop`)."""
+        if not self.cancel(job):
+            return False
+        with self._lock:
+            self.to_stop.append(job)
+        return True
+
+    def take_to_stop(self) -> list[Job]:
+        """The cancelled jobs whose handler is to be stopped, since the last call."""
+        with self._lock:
+            jobs, self.to_stop = self.to_stop, []
+            return jobs
 
     def stuck(self, now: float) -> int:
         """Handlers running past their timeout: abandoned ones, and ones not yet timed out."""
@@ -357,16 +396,28 @@ class Core:
         self.worker_id = new_worker_id()
         self.started = time.time()
         self._lock = threading.Lock()
+        #: The slots' shared lease and completion (see :mod:`.batching`), with several slots.
+        self.batch: Batch | None = (
+            Batch(self) if options.batch and options.concurrency > 1 else None
+        )
 
     # Counts and state ---------------------------------------------------------------------------
 
-    def count(self, completed: int = 0, failed: int = 0, lost: int = 0, timed_out: int = 0) -> None:
+    def count(
+        self,
+        completed: int = 0,
+        failed: int = 0,
+        lost: int = 0,
+        timed_out: int = 0,
+        cancelled: int = 0,
+    ) -> None:
         """Add to this worker's counts."""
         with self._lock:
             self.stats.completed += completed
             self.stats.failed += failed
             self.stats.lost += lost
             self.stats.timed_out += timed_out
+            self.stats.cancelled += cancelled
 
     def totals(self) -> WorkerStats:
         """This worker's counts, with those its child processes reported."""
@@ -412,6 +463,8 @@ class Core:
         that succeeds is completed with the slot's next lease in the same call, and what that
         lease found stands for the next look.
         """
+        if self.batch is not None:
+            return (yield from self._batched_loop(slot, self.batch))
         busy = False
         ahead: Looked | None = None
         while True:
@@ -439,6 +492,44 @@ class Core:
                 return
             if isinstance(went_on, Looked):
                 ahead = went_on
+
+    def _batched_loop(self, slot: int, batch: Batch) -> Loop[None]:
+        """:meth:`job_loop` with the slot set's shared lease and completion (:mod:`.batching`)."""
+        busy = False
+        try:
+            while True:
+                found = yield from batch.next(busy)
+                if found is False:
+                    return
+                busy = found is not None
+                if found is None or found is True:
+                    continue
+                queue, item = found
+                if self.stop_flag.is_set():
+                    yield from self._give_back(queue, item)
+                    return
+                job = Job.begin(slot, queue, item, self.options.timeout)
+                if (yield from self._work(job)) is False:
+                    return
+        finally:
+            if self.stop_flag.is_set():
+                yield from batch.give_back_ready()
+
+    def retrying_lease(self, look: Callable[[], Steps[T]]) -> Loop[Done[T] | GaveUp]:
+        """Run a lease until it succeeds, waiting out outages; give up once stopping."""
+        return (yield from retrying(look, self.outage, self.stop_flag, self.stop_flag.is_set))
+
+    def retrying_completion(self, complete: Callable[[], Steps[T]]) -> Loop[Done[T] | GaveUp]:
+        """Run a completion until it succeeds, waiting out outages; give up on abort only."""
+        return (yield from retrying(complete, self.outage, self.abort_flag, self.abort_flag.is_set))
+
+    def lease_one(self, block: bool) -> Steps[tuple[QueueBase, Item] | None]:
+        """One look at the queues for one item (see :meth:`_lease`)."""
+        return (yield from self._lease(block))
+
+    def give_back(self, queue: QueueBase, item: Item) -> Loop[None]:
+        """Give back an item leased as the worker stopped (see :meth:`_give_back`)."""
+        yield from self._give_back(queue, item)
 
     def _lease(self, block: bool) -> Steps[tuple[QueueBase, Item] | None]:
         """One look at the queues (blocking for up to ``poll_secs``, or not)."""
@@ -470,12 +561,18 @@ class Core:
         if self.listener is not None:
             self.listener.started(self, job)
         begun = time.monotonic()
-        raised: BaseException | None = yield Handle(job.item)
+        reply: BaseException | Returned | None = yield Handle(job.item, job.queue)
         took = time.monotonic() - begun
+        raised, kept = self._outcome(job, reply)
         state = self.held.finish(job)
         if state == TIMED_OUT:
             logger.warning(
                 "%s returned after its timeout: its result is discarded", self._name(job)
+            )
+            return False
+        if state == CANCELLED:
+            logger.info(
+                "%s returned after it was cancelled: its result is discarded", self._name(job)
             )
             return False
         self.durations.observe(
@@ -484,8 +581,11 @@ class Core:
         try:
             if self.abort_flag.is_set():
                 return False
+            if raised is None and kept is None and self.batch is not None:
+                # Completed together with the slots' others; a result to keep goes alone.
+                return (yield from self.batch.settle(job, lost=state == LOST))
             if raised is None:
-                return (yield from self._settle_success(job, lost=state == LOST))
+                return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
             reason = failure_reason(raised)
             if state == LOST:
@@ -502,8 +602,39 @@ class Core:
             if self.listener is not None:
                 self.listener.ended(self, job)
 
-    def _complete(self, job: Job) -> Steps[tuple[bool, Looked | None]]:
-        """Complete the job's item; unless the worker is stopping, lease the next in the call."""
+    @staticmethod
+    def _outcome(
+        job: Job, reply: BaseException | Returned | None
+    ) -> tuple[BaseException | None, bytes | None]:
+        """What a handler raised, else the result to keep (None: the queue keeps none).
+
+        A return value is kept as bytes: bytes as they are, str as UTF-8, None as empty, any
+        other value as JSON. One that cannot be kept (not JSON-able, too long) is the item's
+        failure.
+        """
+        if isinstance(reply, BaseException):
+            return reply, None
+        keep = job.queue.ops.keep_results_ms
+        if not keep:
+            return None, None
+        value = reply.value if isinstance(reply, Returned) else None
+        try:
+            if isinstance(value, bytearray | memoryview):
+                value = bytes(value)
+            elif value is not None and not isinstance(value, bytes | str):
+                value = json.dumps(value, allow_nan=False)
+            return None, check_result(value, keep)
+        except (TypeError, ValueError) as err:
+            return TypeError(f"the handler's return value cannot be kept as a result: {err}"), None
+
+    def _complete(self, job: Job, kept: bytes | None) -> Steps[tuple[bool, Looked | None]]:
+        """Complete the job's item; unless the worker is stopping, lease the next in the call.
+
+        With a result to keep, the completion keeps it (and leases nothing).
+        """
+        if kept is not None:
+            done = yield from job.queue.ops.complete_one(job.item, None, kept)
+            return done, None
         if self.stop_flag.is_set():
             done = yield from job.queue.ops.complete_one(job.item)
             return done, None
@@ -512,7 +643,7 @@ class Core:
         )
         return done, Looked(None if found is None else (self.queues[found[0]], found[1]))
 
-    def _settle_success(self, job: Job, lost: bool) -> Loop[bool | Looked]:
+    def _settle_success(self, job: Job, lost: bool, kept: bytes | None) -> Loop[bool | Looked]:
         """Complete the item; a lost reply is retried after reconnecting.
 
         The lease of a call whose reply was lost is left to run out.
@@ -520,7 +651,7 @@ class Core:
         Returns:
             What was leased with the completion, or True when nothing was looked at.
         """
-        complete = functools.partial(self._complete, job)
+        complete = functools.partial(self._complete, job, kept)
         tried = yield from retrying(complete, self.outage, self.abort_flag, self.abort_flag.is_set)
         if isinstance(tried, GaveUp):
             logger.warning(
@@ -531,13 +662,22 @@ class Core:
             self.count(lost=1)
             return True
         done, looked = tried.value
+        self.counted(job, done, lost, tried.retried)
+        return True if looked is None else looked
+
+    def counted(self, job: Job, done: bool, lost: bool, retried: bool) -> None:
+        """Count a completion's outcome and log it.
+
+        ``done``: the call completed the item; ``lost``: the job had lost its lease before;
+        ``retried``: the call was sent again after a lost reply.
+        """
         if done and not lost:
             self.count(completed=1)
-            if tried.retried:
+            if retried:
                 logger.info("completed %s after reconnecting", self._name(job))
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug("completed %s", self._name(job))
-        elif tried.retried and not done and not lost:
+        elif retried and not done and not lost:
             # The first try ran before its reply was lost: the item is done.
             self.count(completed=1)
             logger.info(
@@ -554,7 +694,6 @@ class Core:
         else:
             self.count(lost=1)
             logger.warning("%s was completed elsewhere", self._name(job))
-        return True if looked is None else looked
 
     def settle_failure(self, job: Job, reason: str, error: BaseException | None) -> Loop[None]:
         """Release a failed item with its reason; log where it went (retry or dead letters).
@@ -638,6 +777,8 @@ class Core:
             if self.options.timeout is not None:
                 for job in self.held.time_out(time.monotonic()):
                     yield from self._time_out(job)
+            for job in self.held.take_to_stop():  # cancelled jobs of child processes
+                yield Replace(job)
             if not self.renews:
                 continue
             for job in self.held.due(time.monotonic(), every):
@@ -652,12 +793,30 @@ class Core:
         tried = yield from retrying(renew, self.outage, self.finished, once)
         if isinstance(tried, GaveUp):
             return  # the next tick tries again
-        if tried.value:
+        if tried.value == Renewed.CANCELLED:
+            yield from self._cancelled(job)
+        elif tried.value:
             job.renewed = asked
         elif self.held.lose(job):
             logger.warning("lost the lease on %s", self._name(job))
         else:  # it reached Redis after the completion or release (a slow or paused server)
             logger.debug("the renewal of %s came after its handler returned", self._name(job))
+
+    def _cancelled(self, job: Job) -> Loop[None]:
+        """The renewal found the item cancelled: stop its handler as for a timeout.
+
+        A worker process tells its parent, which kills it (and starts another) as it kills one
+        whose handler ran past its timeout.
+        """
+        tell = getattr(self.listener, "cancelled", None)
+        if not self.held.cancel(job):
+            return  # the handler had returned: its outcome found the item gone
+        logger.info("%s was cancelled: its handler is stopped%s", self._name(job), self.describe)
+        if tell is not None:
+            tell(self, job)  # the parent counts it
+        else:
+            self.count(cancelled=1)
+            yield Replace(job)
 
     def _time_out(self, job: Job) -> Loop[None]:
         assert self.options.timeout is not None
@@ -681,26 +840,41 @@ class Core:
     # Housekeeping -------------------------------------------------------------------------------
 
     def housekeeping(self) -> Loop[None]:
-        """Heartbeats, the fleet's light clean and the health file, until the worker ends."""
+        """Heartbeats, the fleet's light clean and the health file, until the worker ends.
+
+        The fleet's turn to run the schedules comes on its own interval.
+        """
         beat = self.options.heartbeat_secs
         clean = self.options.clean_secs
+        turn = self.options.schedule_secs
         ticks = [t for t in (beat, None if clean is None else clean / 2) if t is not None]
-        if not ticks:
+        if not ticks and turn is None:
             return
-        tick = min(ticks)
+        tick = min(ticks) if ticks else None
+        step = min(t for t in (tick, turn) if t is not None)
         ttl_ms = 0 if beat is None else max(round(beat * LAPSE_BEATS * 1000), 1)
+        due = 0.0  # when the next beat and clean are due (monotonic seconds)
         while not self.finished.is_set():
-            healthy = True
-            if beat is not None:
-                healthy = yield from self._beat(ttl_ms)
-            if clean is not None and not self.stop_flag.is_set():
-                healthy = (yield from self._clean(round(clean * 1000))) and healthy
-            if self.options.health_file and healthy and not self.outage.active and not self.stuck():
-                try:
-                    health.touch(self.options.health_file)
-                except OSError as err:
-                    logger.warning("cannot touch the health file: %s", err)
-            yield Pause(tick, self.finished)
+            if tick is not None and time.monotonic() >= due:
+                due = time.monotonic() + tick - step / 2
+                healthy = True
+                if beat is not None:
+                    healthy = yield from self._beat(ttl_ms)
+                if clean is not None and not self.stop_flag.is_set():
+                    healthy = (yield from self._clean(round(clean * 1000))) and healthy
+                if (
+                    self.options.health_file
+                    and healthy
+                    and not self.outage.active
+                    and not self.stuck()
+                ):
+                    try:
+                        health.touch(self.options.health_file)
+                    except OSError as err:
+                        logger.warning("cannot touch the health file: %s", err)
+            if turn is not None and not self.stop_flag.is_set():
+                yield from self._schedules(round(turn * 1000))
+            yield Pause(step, self.finished)
         if beat is not None:
             yield from self._unregister()
 
@@ -742,6 +916,21 @@ class Core:
         """Light-clean ``queue`` if this worker's turn comes (at most one per interval)."""
         if (yield from health_ops.clean_gate_steps(queue.keys, self.worker_id, interval_ms)):
             yield from queue.ops.light_clean()  # which logs what it did
+
+    def _schedules(self, turn_ms: int) -> Loop[bool]:
+        """Add the due occurrences of each queue's schedules when this worker takes the turn.
+
+        At most one worker of the fleet takes it per ``turn_ms``, and only on a queue with
+        schedules.
+        """
+        for queue in self.queues:
+            run = functools.partial(
+                schedule_ops.turn_steps, queue.keys, owner=self.worker_id, turn_ms=turn_ms
+            )
+            tried = yield from retrying(run, self.outage, self.finished, once)
+            if isinstance(tried, GaveUp):
+                return False
+        return True
 
     def _unregister(self) -> Loop[None]:
         """Remove the registration and flush the last durations, one try per queue."""

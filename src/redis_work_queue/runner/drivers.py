@@ -23,8 +23,9 @@ from typing import Any
 from .. import transport
 from ..calls import adrive, drive
 from ..item import Item
-from .actions import Handle, Loop, Pause, Replace, Step
+from .actions import Handle, Loop, Pause, Replace, Returned, Step
 from .core import Core, Job
+from .progress import CURRENT, CurrentJob
 
 Handler = Callable[[Item], Any]
 AsyncHandler = Callable[[Item], Awaitable[Any]]
@@ -34,8 +35,10 @@ Replacer = Callable[[Job], None]
 _CANCELLED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
 
-def call_handler(handler: Handler, item: Item) -> BaseException | None:
-    """Call a synchronous handler: None when it returned, else what it raised.
+def call_handler(handler: Handler, item: Item) -> BaseException | Returned | None:
+    """Call a synchronous handler: what it raised, what it returned, or None.
+
+    A return value other than None comes as :class:`~.actions.Returned`.
 
     A handler that returns an awaitable (a coroutine: an ``async def`` function wrapped in a
     plain one) did not run the job: that is its failure, a ``TypeError``.
@@ -52,7 +55,7 @@ def call_handler(handler: Handler, item: Item) -> BaseException | None:
             f"the handler returned {what}, which was never awaited, so the job did not run: "
             "run an asynchronous handler with AsyncWorker"
         )
-    return None
+    return None if result is None else Returned(result)
 
 
 def run_loop(core: Core, loop: Loop[Any], db: Any, handler: Handler, replace: Replacer) -> None:
@@ -60,7 +63,11 @@ def run_loop(core: Core, loop: Loop[Any], db: Any, handler: Handler, replace: Re
 
     def perform(step: Step) -> Any:
         if isinstance(step, Handle):
-            return call_handler(handler, step.item)
+            current = CURRENT.set(CurrentJob(step.queue, db, step.item))
+            try:
+                return call_handler(handler, step.item)
+            finally:
+                CURRENT.reset(current)
         if isinstance(step, Pause):
             return step.until.wait(step.seconds)
         if isinstance(step, Replace):
@@ -90,8 +97,12 @@ def _cancelling(core: Core) -> bool:
     return task in _CANCELLED or core.stop_flag.is_set()
 
 
-async def acall_handler(handler: AsyncHandler, item: Item, core: Core) -> BaseException | None:
-    """Call and await an asyncio handler: None when it returned, else what it raised.
+async def acall_handler(
+    handler: AsyncHandler, item: Item, core: Core
+) -> BaseException | Returned | None:
+    """Call and await an asyncio handler: what it raised, what it returned, or None.
+
+    A return value other than None comes as :class:`~.actions.Returned`.
 
     A handler whose call returns no awaitable (a plain function) is that item's failure, a
     ``TypeError``. A cancellation of this task is raised: it ends the task.
@@ -103,14 +114,14 @@ async def acall_handler(handler: AsyncHandler, item: Item, core: Core) -> BaseEx
                 f"the handler returned {type(result).__name__}, not an awaitable: AsyncWorker "
                 "awaits what its handler returns; run a plain function with Worker"
             )
-        await result
+        value = await result
     except asyncio.CancelledError as err:
         if _cancelling(core):
             raise
         return err
     except BaseException as err:  # whatever it raised is the item's failure: the slot goes on
         return err
-    return None
+    return None if value is None else Returned(value)
 
 
 async def arun_loop(
@@ -120,7 +131,11 @@ async def arun_loop(
 
     async def perform(step: Step) -> Any:
         if isinstance(step, Handle):
-            return await acall_handler(handler, step.item, core)
+            current = CURRENT.set(CurrentJob(step.queue, db, step.item, asynchronous=True))
+            try:
+                return await acall_handler(handler, step.item, core)
+            finally:
+                CURRENT.reset(current)
         if isinstance(step, Pause):
             return await step.until.wait_async(step.seconds)
         if isinstance(step, Replace):

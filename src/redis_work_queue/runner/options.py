@@ -44,6 +44,8 @@ class Options:
     clean_secs: float | None = None
     heartbeat_secs: float | None = None
     health_file: str | None = None
+    schedule_secs: float | None = None
+    batch: bool = True
 
 
 def _seconds(name: str, value: object, example: str, *, zero: bool = False) -> float:
@@ -119,6 +121,8 @@ def check_options(
     health_file: str | os.PathLike[str] | None = None,
     *,
     asynchronous: bool = False,
+    schedule_secs: float | None = None,
+    batch: bool = True,
 ) -> Options:
     """Validate the options every worker runner takes, before anything starts.
 
@@ -170,7 +174,15 @@ def check_options(
     if beat is not None:
         _at_least("heartbeat_secs", beat, heartbeat_secs, MIN_INTERVAL_SECS, "5")
     path = None if health_file is None else _health_file(health_file, beat)
-    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path)
+    turn = None if schedule_secs is None else _seconds("schedule_secs", schedule_secs, "1")
+    if turn is not None:
+        _at_least("schedule_secs", turn, schedule_secs, MIN_INTERVAL_SECS, "1")
+    if not isinstance(batch, bool):
+        raise InvalidArgumentError(
+            f"batch must be True or False, got {batch!r}: pass batch=False to lease and "
+            "complete one item per call in each slot"
+        )
+    return Options(lease, concurrency, first, longest, poll, limit, clean, beat, path, turn, batch)
 
 
 def _health_file(health_file: object, beat: float | None) -> str:

@@ -62,6 +62,14 @@ class JobEnded:
 
 
 @dataclass(frozen=True)
+class JobCancelled:
+    """A child's renewal found its job's item cancelled: the parent stops it (kills the child)."""
+
+    slot: int
+    pid: int
+
+
+@dataclass(frozen=True)
 class Counts:
     """A child's last counts, as it stops."""
 
@@ -80,7 +88,7 @@ class Fatal:
     counts: WorkerStats
 
 
-Message = JobStarted | JobEnded | Counts | Fatal
+Message = JobStarted | JobEnded | JobCancelled | Counts | Fatal
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,8 @@ class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    queues: tuple[tuple[str, int | None], ...]
+    #: Each queue's name, max deliveries, keep_results, shard count and earlier shard counts.
+    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...]], ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -209,6 +218,10 @@ class Pool:
             if current and job is not None:
                 core.held.finish(job)
                 core.held.drop(job)
+        elif isinstance(message, JobCancelled):
+            job = core.held.current(child.slot)
+            if current and job is not None and core.held.cancel_later(job):
+                core.count(cancelled=1)
         elif isinstance(message, Fatal):
             core.fail(WorkerFailedError(message.message))
 
@@ -310,6 +323,9 @@ class _Reporter:
     def ended(self, core: Core, job: Job) -> None:
         self.events.send(JobEnded(self.slot, self.pid, core.durations.take_all(), core.totals()))
 
+    def cancelled(self, core: Core, job: Job) -> None:
+        self.events.send(JobCancelled(self.slot, self.pid))
+
 
 def child_main(config: ChildConfig, slot: int, events: Any) -> None:
     """Entry point of a worker process: one thread of work, driven by its parent's signals.
@@ -327,7 +343,10 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
     )
     pid = os.getpid()
-    queues = [WorkQueue(KeyPrefix(name), limit) for name, limit in config.queues]
+    queues = [
+        WorkQueue(KeyPrefix(name), limit, keep_results=keep, shards=shards, shards_before=before)
+        for name, limit, keep, shards, before in config.queues
+    ]
     worker = Worker(
         config.redis_url,
         queues,
@@ -338,6 +357,7 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         poll_secs=config.poll_secs,
         clean_secs=None,
         heartbeat_secs=None,
+        schedule_secs=None,
     )
     worker._listener = _Reporter(events, slot, list(queues))
     signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())

@@ -31,6 +31,10 @@ def backoff_delay(backoff: float, max_backoff: float, deliveries: int) -> float:
     return delay * (1 + random.random() / 10) if delay else 0.0
 
 
+#: How soon after an outage's end a failed call continues it quietly (see :meth:`Outage.failed`).
+RELAPSE_SECS = 5.0
+
+
 class Outage:
     """Whether Redis is unavailable to this worker; logs once when it starts and once when it ends.
 
@@ -42,6 +46,12 @@ class Outage:
         self._lock = threading.Lock()
         self.since: float | None = None
         self.errors = 0
+        #: When the last outage ended, and whether the current one is a quiet relapse.
+        self.ended: float | None = None
+        self.quiet = False
+        #: How many outages have started (a completion written after one began is counted as
+        #: one retried across it: see :mod:`.batching`).
+        self.started = 0
 
     @property
     def active(self) -> bool:
@@ -49,14 +59,26 @@ class Outage:
         return self.since is not None
 
     def failed(self, err: BaseException) -> None:
-        """Note a failed call (logs a WARNING if this starts an outage)."""
+        """Note a failed call (logs a WARNING if this starts an outage).
+
+        A call that fails within :data:`RELAPSE_SECS` of an outage's end (on a pooled
+        connection left from before it, which no call had used since) carries that outage on
+        quietly: no WARNING, and no INFO when it ends, unless it lasts longer.
+        """
         with self._lock:
+            now = time.monotonic()
             starting = self.since is None
             if starting:
-                self.since = time.monotonic()
+                self.since = now
                 self.errors = 0
+                self.started += 1
+                self.quiet = self.ended is not None and now - self.ended < RELAPSE_SECS
             self.errors += 1
-        if starting:
+            since = self.since if self.since is not None else now
+            warn = (starting and not self.quiet) or (self.quiet and now - since >= RELAPSE_SECS)
+            if warn:
+                self.quiet = False
+        if warn:
             logger.warning(
                 "Redis is unavailable (%s: %s): retrying with backoff up to %.0f s",
                 type(err).__name__,
@@ -75,7 +97,11 @@ class Outage:
         with self._lock:
             if self.since is None or begun < self.since:
                 return
-            since, errors, self.since = self.since, self.errors, None
+            since, errors, quiet = self.since, self.errors, self.quiet
+            self.since, self.quiet = None, False
+            self.ended = time.monotonic()
+        if quiet:
+            return
         logger.info(
             "Redis is back after %.1f s (%d failed calls): working again",
             time.monotonic() - since,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import signal
+from typing import Any
 
+from ..connect import mask
 from ..errors import WorkerFailedError
 from .core import Core, WorkerStats
 from .options import Options
@@ -79,6 +81,14 @@ class Shell:
     def _adopt(self, core: Core) -> Core:
         """Make ``core`` this run's, told of a stop or abort that came before it."""
         self.worker_id = core.worker_id
+        self._log.info(
+            "worker %s started: queues %s, concurrency %d, %s, %s",
+            core.worker_id,
+            ", ".join(queue.name.prefix for queue in core.queues),
+            self.concurrency,
+            self._mode(),
+            where_of(self._source()),
+        )
         if self._stopping:
             core.stop_flag.set()
         if self._aborting:
@@ -99,5 +109,42 @@ class Shell:
             raise WorkerFailedError(
                 f"the worker stopped on {type(core.fatal).__name__}: {core.fatal}"
             ) from core.fatal
-        self._log.info("worker stopped: %s", totals)
+        self._log.info(
+            "worker %s stopped: completed %d, failed %d, lost %d, timed out %d",
+            core.worker_id,
+            totals.completed,
+            totals.failed,
+            totals.lost,
+            totals.timed_out,
+        )
         return totals
+
+    def _mode(self) -> str:
+        """How the handlers run (``threads``, ``processes``, ``asyncio``), for the start line."""
+        return "threads"
+
+    def _source(self) -> Any:
+        """Where the queues live: a URL or a client, for the start line."""
+        return None
+
+
+def where_of(source: Any) -> str:
+    """Where a worker connects, for a log line: a URL with its password masked.
+
+    Args:
+        source: A URL, or a redis-py client (its pool's host, port and database; never its
+            password).
+
+    Returns:
+        The masked URL, ``redis://host:port/db`` or ``unix://path`` of a client, or the
+        client's type name when it names no single server (a cluster client).
+    """
+    if isinstance(source, str):
+        return mask(source)
+    pool = getattr(source, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", None) or {}
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    if "host" in kwargs:
+        return f"redis://{kwargs['host']}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    return type(source).__name__

@@ -1,5 +1,7 @@
 // rwq dashboard: fetches JSON every few seconds and draws it with DOM text nodes only
 // (item data is never parsed as markup). Actions are POSTs carrying the page's CSRF token.
+// What is shown is in the URL: ?queue=NAME&tab=waiting|leased|delayed|dead&page=N, ?queue=NAME&job=ID
+// for one job, ?view=workers for the workers of every queue. Links navigate; a refresh redraws.
 "use strict";
 
 (function () {
@@ -11,7 +13,20 @@
   // Absolute URLs without any user:password the page was opened with (fetch refuses those).
   const base = location.origin + location.pathname.replace(/[^/]*$/, "");
   const api = (path) => base + path;
-  let selected = null;
+  const TABS = ["waiting", "leased", "delayed", "dead"];
+  const params = new URLSearchParams(location.search);
+  const view = params.get("view") === "workers" ? "workers" : "queues";
+  let selected = params.get("queue");
+  const job = params.get("job");
+  const tab = TABS.includes(params.get("tab")) ? params.get("tab") : "waiting";
+  const pageNo = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
+  // Tracebacks the user opened, by row: kept open across the redraws of each refresh.
+  const opened = new Set();
+
+  function link(query) {
+    const search = new URLSearchParams(query).toString();
+    return search ? `?${search}` : "?";
+  }
 
   function el(tag, text, cls) {
     const node = document.createElement(tag);
@@ -21,7 +36,7 @@
   }
 
   function num(value) {
-    return el("td", value, "num");
+    return el("td", typeof value === "number" ? value.toLocaleString("en-US") : value, "num");
   }
 
   function age(secs) {
@@ -40,10 +55,25 @@
     return secs ? new Date(secs * 1000).toLocaleString() : "\u2014";
   }
 
+  function jobLink(queue, id) {
+    const a = el("a", id, "job-link");
+    a.href = link({ queue: queue, job: id });
+    return a;
+  }
+
   // The file name a download is saved under: the id, with anything unusual as "_".
   function fileName(id) {
     const safe = id.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 100).replace(/^\.+|\.+$/g, "");
     return `${safe || "item"}.bin`;
+  }
+
+  function downloadLink(queue, id, dead, size) {
+    const params = new URLSearchParams({ name: queue, id: id });
+    if (dead) params.set("dead", "1");
+    const a = el("a", `download (${size.toLocaleString("en-US")} bytes)`, "download");
+    a.href = api(`api/data?${params}`);
+    a.download = fileName(id);
+    return a;
   }
 
   // An item's data: the bounded preview the server sent, and a link to the whole data (read
@@ -56,25 +86,28 @@
     span.title = `${d.size} bytes${d.kind === "hex" ? ", shown as hex" : ""}`;
     cell.append(span);
     if (d.kind !== "missing" && (d.truncated || d.kind === "hex")) {
-      const params = new URLSearchParams({ name: queue, id: id });
-      if (dead) params.set("dead", "1");
-      const link = el("a", `download (${d.size.toLocaleString("en-US")} bytes)`, "download");
-      link.href = api(`api/data?${params}`);
-      link.download = fileName(id);
-      cell.append(" ", link);
+      cell.append(" ", downloadLink(queue, id, dead, d.size));
     }
     return cell;
   }
 
+  // A traceback in a <details> that stays open across refreshes once opened.
+  function traceback(key, text, cls) {
+    const details = el("details", null, cls);
+    details.dataset.key = key;
+    details.append(el("summary", "traceback"), el("pre", text));
+    details.open = opened.has(key);
+    details.addEventListener("toggle", () => {
+      if (details.open) opened.add(key);
+      else opened.delete(key);
+    });
+    return details;
+  }
+
   function showBanner(message) {
     const banner = $("banner");
-    if (message) {
-      banner.textContent = message;
-      banner.hidden = false;
-    } else {
-      banner.hidden = true;
-      banner.textContent = "";
-    }
+    banner.hidden = !message;
+    banner.textContent = message || "";
   }
 
   function notice(message, isError) {
@@ -100,31 +133,102 @@
     return body;
   }
 
-  function drawChart(history) {
-    const svg = $("chart");
-    while (svg.firstChild) svg.removeChild(svg.firstChild);
-    if (!history || history.length < 1) return;
-    const t0 = history[0].t;
-    const t1 = history[history.length - 1].t;
+  // Charts ---------------------------------------------------------------------------------
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const CHART = { w: 640, h: 180, left: 56, right: 12, top: 10, bottom: 26 };
+
+  function svgEl(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // A round top for the y axis: 1, 2 or 5 times a power of ten, at least the largest value.
+  function niceTop(value) {
+    if (!(value > 0)) return 1;
+    const power = Math.pow(10, Math.floor(Math.log10(value)));
+    for (const step of [1, 2, 5, 10]) if (step * power >= value) return step * power;
+    return 10 * power;
+  }
+
+  function short(value) {
+    if (value >= 1e6) return `${(value / 1e6).toFixed(value >= 1e7 ? 0 : 1)}M`;
+    if (value >= 1e3) return `${(value / 1e3).toFixed(value >= 1e4 ? 0 : 1)}k`;
+    return Number.isInteger(value) ? String(value) : value.toFixed(2);
+  }
+
+  function clock(secs) {
+    return new Date(secs * 1000).toLocaleTimeString();
+  }
+
+  // Lines of series [{key, points: [[t, v], ...]}] with a y axis (0, half, top), an x axis
+  // (first and last time), and each series' latest value in the legend.
+  function drawLines(svg, legend, series, unit) {
+    svg.replaceChildren();
+    legend.replaceChildren();
+    const all = series.flatMap((s) => s.points);
+    const { w, h, left, right, top, bottom } = CHART;
+    const plotW = w - left - right;
+    const plotH = h - top - bottom;
+    const t0 = all.length ? Math.min(...all.map((p) => p[0])) : 0;
+    const t1 = all.length ? Math.max(...all.map((p) => p[0])) : 1;
     const span = t1 > t0 ? t1 - t0 : 1;
-    let top = 1;
-    for (const s of history) top = Math.max(top, s.queued, s.leased, s.dead);
-    $("chart-span").textContent = age(t1 - t0);
-    const ns = "http://www.w3.org/2000/svg";
-    for (const key of ["queued", "leased", "dead"]) {
-      const line = document.createElementNS(ns, "polyline");
-      const points = history.map((s) => {
-        const x = ((s.t - t0) / span) * 600;
-        const y = 115 - (s[key] / top) * 110;
-        return `${x.toFixed(1)},${y.toFixed(1)}`;
-      });
-      if (points.length === 1) points.push(points[0].replace(/^[^,]*/, "600"));
-      line.setAttribute("points", points.join(" "));
-      line.setAttribute("class", key);
-      line.dataset.series = key;
-      svg.append(line);
+    const ymax = niceTop(Math.max(0, ...all.map((p) => p[1])));
+    const x = (t) => left + ((t - t0) / span) * plotW;
+    const y = (v) => top + plotH - (v / ymax) * plotH;
+    for (const frac of [0, 0.5, 1]) {
+      const value = ymax * frac;
+      svg.append(svgEl("line", { x1: left, x2: w - right, y1: y(value), y2: y(value), class: "grid" }));
+      svg.append(svgEl("text", { x: left - 6, y: y(value) + 4, class: "axis y" }, short(value)));
+    }
+    svg.append(svgEl("line", { x1: left, x2: left, y1: top, y2: top + plotH, class: "axis-line" }));
+    if (all.length) {
+      svg.append(svgEl("text", { x: left, y: h - 6, class: "axis x start" }, clock(t0)));
+      svg.append(svgEl("text", { x: w - right, y: h - 6, class: "axis x end" }, clock(t1)));
+    } else {
+      svg.append(svgEl("text", { x: left + plotW / 2, y: top + plotH / 2, class: "axis x mid" }, "collecting samples\u2026"));
+    }
+    for (const s of series) {
+      if (s.points.length) {
+        const pts = s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`);
+        if (pts.length === 1) pts.push(`${(w - right).toFixed(1)},${y(s.points[0][1]).toFixed(1)}`);
+        const line = svgEl("polyline", { points: pts.join(" "), class: s.key });
+        line.dataset.series = s.key;
+        svg.append(line);
+      }
+      const last = s.points.length ? s.points[s.points.length - 1][1] : null;
+      const key = el("span", null, `key ${s.key}`);
+      key.dataset.series = s.key;
+      key.append(`${s.key} `, el("b", last === null ? "\u2014" : `${short(last)}${unit}`, "value"));
+      legend.append(key, " ");
     }
   }
+
+  function drawCharts(history) {
+    if (!history) return;
+    const counts = ["queued", "leased", "dead"].map((key) => ({
+      key: key,
+      points: history.map((s) => [s.t, s[key]]),
+    }));
+    drawLines($("chart"), $("chart-legend"), counts, "");
+    $("chart-span").textContent = history.length > 1 ? age(history[history.length - 1].t - history[0].t) : "0 s";
+    // Per second, between consecutive samples of the counters (a flush resets them: never < 0).
+    const rates = ["added", "completed", "failed"].map((key) => {
+      const points = [];
+      for (let i = 1; i < history.length; i++) {
+        const a = history[i - 1];
+        const b = history[i];
+        if (a[key] === undefined || b[key] === undefined || b.t <= a.t) continue;
+        points.push([b.t, Math.max(0, (b[key] - a[key]) / (b.t - a.t))]);
+      }
+      return { key: key, points: points };
+    });
+    drawLines($("rates-chart"), $("rates-legend"), rates, "/s");
+  }
+
+  // Queues ---------------------------------------------------------------------------------
 
   function drawQueues(body) {
     const tbody = document.querySelector("#queues tbody");
@@ -135,8 +239,14 @@
       const row = el("tr");
       row.dataset.queue = q.name;
       if (q.name === selected) row.classList.add("selected");
-      row.append(el("td", q.name, "name"));
-      row.addEventListener("click", () => select(q.name));
+      const name = el("td", null, "name");
+      const a = el("a", q.name);
+      a.href = link({ queue: q.name });
+      name.append(a);
+      row.append(name);
+      row.addEventListener("click", (event) => {
+        if (event.target.tagName !== "A") location.href = link({ queue: q.name });
+      });
       if (q.broken) {
         // A queue that cannot be read (a key of another program): one row saying why.
         row.classList.add("broken");
@@ -147,105 +257,22 @@
         continue;
       }
       for (const key of ["queued", "leased", "expired", "delayed", "dead"]) {
-        const cell = num(q[key]);
+        const cell = el("td", q[key], "num");
         cell.dataset.count = key;
         row.append(cell);
       }
-      row.append(num(age(q.oldest_age)));
-      row.append(num(rate(q.rates.queued)));
-      row.append(num(rate(q.rates.dead)));
-      tbody.append(row);
-      if (q.name === selected && q.history) drawChart(q.history);
-    }
-    const first = body.queues.find((q) => !q.broken);
-    if (selected === null && first) {
-      selected = first.name;
-      for (const row of tbody.children) {
-        row.classList.toggle("selected", row.dataset.queue === selected);
+      const oldest = num(age(q.oldest_age));
+      if (q.oldest_age === null && q.queued > 0) {
+        oldest.title = "the next item's id is not one the library made (a UUIDv7): it holds no time";
       }
-      if (first.history) drawChart(first.history);
+      row.append(oldest, num(rate(q.rates.queued)), num(rate(q.rates.dead)));
+      tbody.append(row);
+      if (q.name === selected) drawCharts(q.history);
     }
   }
 
   function unknown(value) {
     return value === null || value === undefined ? "?" : value;
-  }
-
-  function drawDetail(d) {
-    $("detail").hidden = false;
-    $("detail-name").textContent = d.name;
-    $("broken").hidden = !d.broken;
-    $("broken").textContent = d.broken || "";
-    $("detail-body").hidden = Boolean(d.broken);
-    if (d.broken) return;
-    const workers = document.querySelector("#workers tbody");
-    workers.replaceChildren();
-    for (const w of d.workers) {
-      const row = el("tr");
-      row.append(el("td", w.id), el("td", w.host), num(unknown(w.pid)));
-      row.append(el("td", w.queues.join(", ")), el("td", w.beat === null ? "?" : when(w.beat)));
-      row.append(num(w.completed), num(w.failed), num(w.lost));
-      const bad = w.unreadable || [];
-      row.append(el("td", bad.length ? `unreadable: ${bad.join(", ")}` : "", "muted"));
-      workers.append(row);
-    }
-    if (d.workers.length === 0) workers.append(emptyRow(9, "no live workers"));
-    const waiting = document.querySelector("#waiting tbody");
-    waiting.replaceChildren();
-    for (const q of d.waiting) {
-      const row = el("tr");
-      row.dataset.id = q.id;
-      row.append(num(q.position), el("td", q.id), dataCell(q.data, d.name, q.id, false));
-      waiting.append(row);
-    }
-    if (d.waiting.length === 0) waiting.append(emptyRow(3, "nothing waiting"));
-    const pending = document.querySelector("#pending tbody");
-    pending.replaceChildren();
-    for (const p of d.pending) {
-      const row = el("tr");
-      const left = p.expired ? "expired (awaiting a light clean)" : age(p.lease_left);
-      row.append(el("td", p.id), num(p.deliveries), el("td", left));
-      pending.append(row);
-    }
-    if (d.pending.length === 0) pending.append(emptyRow(3, "no leases"));
-    $("dead-total").textContent = `(${d.dead_total})`;
-    const dead = document.querySelector("#dead tbody");
-    dead.replaceChildren();
-    for (const x of d.dead) {
-      const row = el("tr");
-      row.dataset.id = x.id;
-      if (actions) {
-        const box = el("input");
-        box.type = "checkbox";
-        box.value = x.id;
-        box.className = "pick";
-        const cell = el("td");
-        cell.append(box);
-        row.append(cell);
-      }
-      row.append(el("td", x.id), num(x.deliveries), el("td", when(x.died_at)));
-      const reason = el("td");
-      reason.append(el("div", x.reason, "reason"));
-      if (x.traceback) {
-        const details = el("details");
-        details.append(el("summary", "traceback"), el("pre", x.traceback));
-        reason.append(details);
-      }
-      row.append(reason, dataCell(x.data, d.name, x.id, true));
-      if (actions) {
-        const cell = el("td");
-        const requeue = el("button", "requeue", "requeue-one");
-        requeue.type = "button";
-        requeue.addEventListener("click", () => act("requeue", { ids: [x.id] }));
-        const purge = el("button", "purge", "purge-one danger");
-        purge.type = "button";
-        purge.addEventListener("click", () => act("purge", { ids: [x.id] }));
-        cell.append(requeue, purge);
-        row.append(cell);
-      }
-      dead.append(row);
-    }
-    if (d.dead.length === 0) dead.append(emptyRow(actions ? 7 : 5, "no dead letters"));
   }
 
   function emptyRow(span, text) {
@@ -256,18 +283,214 @@
     return row;
   }
 
-  function select(name) {
-    selected = name;
-    for (const row of document.querySelectorAll("#queues tbody tr")) {
-      row.classList.toggle("selected", row.dataset.queue === name);
+  // One queue, one tab, one page ---------------------------------------------------------------
+
+  function drawTab(d) {
+    $("detail").hidden = false;
+    $("detail-name").textContent = d.name;
+    $("broken").hidden = !d.broken;
+    $("broken").textContent = d.broken || "";
+    $("detail-body").hidden = Boolean(d.broken);
+    if (d.broken) return;
+    const totals = {
+      waiting: d.counts.queued,
+      leased: d.counts.leased + d.counts.expired,
+      delayed: d.counts.delayed,
+      dead: d.counts.dead,
+    };
+    for (const t of TABS) {
+      const a = $(`tab-${t}`);
+      a.href = link({ queue: d.name, tab: t });
+      a.classList.toggle("active", t === d.tab);
+      a.querySelector(".count").textContent = `(${totals[t].toLocaleString("en-US")})`;
     }
-    const confirm = $("flush-confirm");
-    if (confirm) {
-      confirm.value = "";
-      $("flush").disabled = true;
+    $("waiting").hidden = d.tab !== "waiting";
+    $("leased").hidden = d.tab !== "leased";
+    $("delayed").hidden = d.tab !== "delayed";
+    $("dead-tab").hidden = d.tab !== "dead";
+    const total = d.total.toLocaleString("en-US");
+    $("range").textContent = d.total
+      ? `${d.first.toLocaleString("en-US")}\u2013${d.last.toLocaleString("en-US")} of ${total}`
+      : `0 of 0`;
+    $("range").title = `page ${d.page} of ${d.pages}`;
+    const prev = $("prev");
+    const next = $("next");
+    prev.hidden = d.page <= 1;
+    next.hidden = d.page >= d.pages;
+    prev.href = link({ queue: d.name, tab: d.tab, page: d.page - 1 });
+    next.href = link({ queue: d.name, tab: d.tab, page: d.page + 1 });
+    const tbody = document.querySelector(`#${d.tab} tbody`);
+    tbody.replaceChildren();
+    for (const r of d.rows) {
+      const row = el("tr");
+      row.dataset.id = r.id;
+      const id = el("td", null, "id");
+      id.append(jobLink(d.name, r.id));
+      if (d.tab === "waiting") {
+        row.append(num(r.position + 1), id, dataCell(r.data, d.name, r.id, false));
+      } else if (d.tab === "leased") {
+        const left = r.expired ? "expired (awaiting a light clean)" : age(r.lease_left);
+        const worker = el("td", "\u2014", "muted");
+        worker.title = "a lease does not record the worker that holds it";
+        row.append(num(r.position + 1), id, num(r.deliveries), el("td", when(r.leased_at)), el("td", left), worker);
+      } else if (d.tab === "delayed") {
+        const due = el("td", when(r.due_at));
+        due.title = `in ${age(r.due_at - Date.now() / 1000)}`;
+        row.append(num(r.position + 1), id, due, dataCell(r.data, d.name, r.id, false));
+      } else {
+        if (actions) {
+          const box = el("input");
+          box.type = "checkbox";
+          box.value = r.id;
+          box.className = "pick";
+          const cell = el("td");
+          cell.append(box);
+          row.append(cell);
+        }
+        row.append(num(r.position + 1), id, num(r.deliveries), el("td", when(r.died_at)));
+        const reason = el("td", null, "reason-cell");
+        reason.append(el("div", r.reason, "reason"));
+        if (r.traceback) reason.append(traceback(`dead:${r.id}`, r.traceback));
+        row.append(reason, dataCell(r.data, d.name, r.id, true));
+        if (actions) {
+          const cell = el("td", null, "row-actions");
+          const requeue = el("button", "requeue", "requeue-one");
+          requeue.type = "button";
+          requeue.addEventListener("click", () => act("requeue", { ids: [r.id] }));
+          const purge = el("button", "purge", "purge-one danger");
+          purge.type = "button";
+          purge.addEventListener("click", () => act("purge", { ids: [r.id] }));
+          cell.append(requeue, purge);
+          row.append(cell);
+        }
+      }
+      tbody.append(row);
     }
-    refresh();
+    if (d.rows.length === 0) {
+      const spans = { waiting: 3, leased: 6, delayed: 4, dead: actions ? 8 : 6 };
+      const words = { waiting: "nothing waiting", leased: "no leases", delayed: "nothing delayed", dead: "no dead letters" };
+      tbody.append(emptyRow(spans[d.tab], words[d.tab]));
+    }
   }
+
+  // One job ----------------------------------------------------------------------------------
+
+  function facts(dl, pairs) {
+    dl.replaceChildren();
+    for (const [term, value] of pairs) {
+      const dt = el("dt", term);
+      const dd = el("dd", value);
+      dd.dataset.fact = term;
+      dl.append(dt, dd);
+    }
+  }
+
+  function showData(pre, d, json) {
+    pre.classList.toggle("hex", d.kind === "hex");
+    if (json) pre.textContent = json;
+    else if (d.kind === "missing") pre.textContent = "(data gone)";
+    else if (d.kind === "hidden") pre.textContent = `(${d.size.toLocaleString("en-US")} bytes: too large to show here)`;
+    else pre.textContent = d.text + (d.truncated ? " \u2026" : "");
+  }
+
+  function drawJob(j) {
+    $("job").hidden = false;
+    $("job-id").textContent = j.id;
+    $("job-queue").textContent = j.name;
+    $("job-back").href = link({ queue: j.name });
+    $("job-missing").hidden = j.found;
+    // The states of job control (WorkQueue.state), in the words of the tabs.
+    const words = {
+      queued: "waiting",
+      delayed: "delayed",
+      leased: "leased",
+      expired: "leased, lease expired (awaiting a light clean)",
+      dead: "dead",
+      completed: "completed",
+      gone: "not found",
+    };
+    const state = j.state;
+    const pairs = [["state", words[state] || state], ["deliveries", String(j.deliveries)]];
+    if (state === "leased") pairs.push(["lease left", age(j.lease_left)]);
+    if (j.leased_at) pairs.push(["leased", when(j.leased_at)]);
+    if (state === "delayed") pairs.push(["due", when(j.due_at)]);
+    if (j.has_data) pairs.push(["size", `${j.data.size.toLocaleString("en-US")} bytes`]);
+    facts($("job-facts"), pairs);
+    document.body.dataset.jobState = state;
+    $("job-reason-box").hidden = !j.reason;
+    $("job-reason").textContent = (j.reason || "") + (j.reason_cut ? " (cut)" : "");
+    $("job-traceback-box").hidden = !j.traceback;
+    $("job-traceback").textContent = j.traceback || "";
+    // A dead job's data is its dead letter's (below); a live one's, or "(data gone)", here.
+    $("job-data-box").hidden = !j.has_data && Boolean(j.dead);
+    showData($("job-data"), j.data, j.json);
+    $("job-download").replaceChildren();
+    if (j.has_data && (j.data.truncated || j.data.kind === "hex")) {
+      $("job-download").append(downloadLink(j.name, j.id, false, j.data.size));
+    }
+    $("job-dead").hidden = !j.dead;
+    if (actions) {
+      // Job control's actions, where they apply: cancel a live job, promote a delayed one,
+      // retry or purge a dead letter.
+      const live = ["queued", "delayed", "leased", "expired"].includes(state);
+      $("job-cancel").hidden = !live;
+      $("job-promote").hidden = state !== "delayed";
+      $("job-retry").hidden = !j.dead;
+      $("job-purge").hidden = !j.dead;
+    }
+    if (j.dead) {
+      facts($("job-dead-facts"), [
+        ["died", when(j.dead.died_at)],
+        ["deliveries", String(j.dead.deliveries)],
+        ["size", `${j.dead.data.size.toLocaleString("en-US")} bytes`],
+      ]);
+      $("job-dead-reason").textContent = j.dead.reason + (j.dead.reason_cut ? " (cut)" : "");
+      $("job-dead-traceback-box").hidden = !j.dead.traceback;
+      $("job-dead-traceback").textContent = j.dead.traceback || "";
+      showData($("job-dead-data"), j.dead.data, j.dead.json);
+      $("job-dead-download").replaceChildren();
+      if (j.dead.data.truncated || j.dead.data.kind === "hex") {
+        $("job-dead-download").append(downloadLink(j.name, j.id, true, j.dead.data.size));
+      }
+    }
+  }
+
+  // Workers ----------------------------------------------------------------------------------
+
+  function drawWorkers(body) {
+    $("workers-view").hidden = false;
+    const tbody = document.querySelector("#workers tbody");
+    tbody.replaceChildren();
+    for (const w of body.workers) {
+      const row = el("tr");
+      row.dataset.id = w.id;
+      row.append(el("td", w.id), el("td", w.host), num(unknown(w.pid)));
+      row.append(el("td", w.queues.join(", ")));
+      const beat = el("td", w.beat_age === null ? "?" : `${age(w.beat_age)} ago`);
+      if (w.beat) beat.title = when(w.beat);
+      row.append(beat, el("td", w.started ? age(body.time - w.started) : "?"));
+      row.append(num(w.completed), num(w.failed), num(w.lost));
+      const bad = w.unreadable || [];
+      row.append(el("td", bad.length ? `unreadable: ${bad.join(", ")}` : "", "muted"));
+      tbody.append(row);
+    }
+    if (body.workers.length === 0) tbody.append(emptyRow(10, "no live workers"));
+    const durations = document.querySelector("#durations tbody");
+    durations.replaceChildren();
+    for (const d of body.durations) {
+      const row = el("tr");
+      row.dataset.queue = d.queue;
+      row.dataset.outcome = d.outcome;
+      const bound = (b) => (b === "+Inf" ? "more" : `${b} s`);
+      row.append(el("td", d.queue), el("td", d.outcome), num(d.jobs));
+      const mean = d.mean < 1 ? `${(d.mean * 1000).toFixed(1)} ms` : age(d.mean);
+      row.append(el("td", mean), el("td", bound(d.p50)), el("td", bound(d.p95)));
+      durations.append(row);
+    }
+    if (body.durations.length === 0) durations.append(emptyRow(6, "no jobs timed yet"));
+  }
+
+  // Actions ----------------------------------------------------------------------------------
 
   async function act(action, extra) {
     if (!selected) return;
@@ -292,17 +515,22 @@
     return Array.from(document.querySelectorAll("#dead input.pick:checked")).map((b) => b.value);
   }
 
+  // A text box that must hold the queue's name before its buttons work.
+  function confirmBox(input, buttons) {
+    input.addEventListener("input", () => {
+      for (const b of buttons) b.disabled = input.value !== selected;
+    });
+  }
+
   function wireActions() {
     if (!actions) return;
     $("light-clean").addEventListener("click", () => act("light-clean"));
     $("deep-clean").addEventListener("click", () => act("deep-clean"));
-    const confirm = $("flush-confirm");
-    confirm.addEventListener("input", () => {
-      $("flush").disabled = confirm.value !== selected;
-    });
+    const flushConfirm = $("flush-confirm");
+    confirmBox(flushConfirm, [$("flush")]);
     $("flush").addEventListener("click", () => {
-      act("flush", { confirm: confirm.value });
-      confirm.value = "";
+      act("flush", { confirm: flushConfirm.value });
+      flushConfirm.value = "";
       $("flush").disabled = true;
     });
     $("requeue-selected").addEventListener("click", () => {
@@ -313,39 +541,105 @@
       const ids = picked();
       if (ids.length) act("purge", { ids: ids });
     });
-    $("requeue-all").addEventListener("click", () => act("requeue", { all: true }));
-    $("purge-all").addEventListener("click", () => act("purge", { all: true }));
+    const allConfirm = $("all-confirm");
+    const both = [$("requeue-all"), $("purge-all")];
+    confirmBox(allConfirm, both);
+    for (const [button, kind] of [[both[0], "requeue"], [both[1], "purge"]]) {
+      button.addEventListener("click", () => {
+        act(kind, { all: true, confirm: allConfirm.value });
+        allConfirm.value = "";
+        for (const b of both) b.disabled = true;
+      });
+    }
+    $("job-cancel").addEventListener("click", () => act("cancel", { id: job }));
+    $("job-promote").addEventListener("click", () => act("promote", { id: job }));
+    $("job-retry").addEventListener("click", () => act("retry", { id: job }));
+    $("job-purge").addEventListener("click", () => act("purge", { ids: [job] }));
   }
+
+  function wireSearch() {
+    if (!selected || view === "workers") return;
+    $("search").hidden = false;
+    $("search-queue").textContent = selected;
+    $("search").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const id = $("search-id").value.trim();
+      if (id) location.href = link({ queue: selected, job: id });
+    });
+  }
+
+  // Refresh ----------------------------------------------------------------------------------
 
   let busy = false;
   async function refresh() {
     if (busy) return;
     busy = true;
+    const started = performance.now();
     try {
-      const charted = selected === null ? "" : `?history=${encodeURIComponent(selected)}`;
-      const body = await getJSON(api(`api/overview${charted}`));
-      drawQueues(body);
-      if (selected !== null) {
-        try {
-          const detail = await getJSON(api(`api/queue?name=${encodeURIComponent(selected)}`));
-          // The ticks as they are now: one made while the request was in flight is kept too.
-          const kept = picked();
-          drawDetail(detail);
-          for (const box of document.querySelectorAll("#dead input.pick")) {
-            box.checked = kept.includes(box.value);
+      let time = null;
+      if (view === "workers") {
+        const body = await getJSON(api("api/workers"));
+        drawWorkers(body);
+        time = body.time;
+      } else {
+        // The queue's view is asked for with the overview, not after it: one wait, not two.
+        let detail = null;
+        if (selected !== null) {
+          const q = job
+            ? `api/job?${new URLSearchParams({ name: selected, id: job })}`
+            : `api/queue?${new URLSearchParams({ name: selected, tab: tab, page: String(pageNo) })}`;
+          detail = getJSON(api(q));
+          detail.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+        }
+        const charted = selected === null ? "" : `?history=${encodeURIComponent(selected)}`;
+        const body = await getJSON(api(`api/overview${charted}`));
+        time = body.time;
+        drawQueues(body);
+        if (selected === null) {
+          const first = body.queues.find((q) => !q.broken);
+          if (first && !job) {
+            selected = first.name;
+            for (const row of document.querySelectorAll("#queues tbody tr")) {
+              row.classList.toggle("selected", row.dataset.queue === selected);
+            }
+            drawCharts(first.history);
+            wireSearch();
+            const q = new URLSearchParams({ name: selected, tab: tab, page: String(pageNo) });
+            detail = getJSON(api(`api/queue?${q}`));
           }
-        } catch (err) {
-          if (err.status === 404) {
-            selected = null;
-            $("detail").hidden = true;
-          } else {
+        }
+        if (detail !== null) {
+          try {
+            if (job) {
+              drawJob(await detail);
+            } else {
+              const shown = await detail;
+              // The ticks as they are now: one made while the request was in flight is kept too.
+              const kept = picked();
+              drawTab(shown);
+              for (const box of document.querySelectorAll("#dead input.pick")) {
+                box.checked = kept.includes(box.value);
+              }
+            }
+          } catch (err) {
+            if (err.status === 404) {
+              $("detail").hidden = true;
+              $("job").hidden = true;
+              throw new Error(`no queue ${selected} is shown here`);
+            }
             throw err;
           }
         }
       }
       showBanner(null);
-      $("updated").textContent = `updated ${new Date(body.time * 1000).toLocaleTimeString()}`;
-      document.body.dataset.refreshed = String(body.time);
+      $("updated").textContent = `updated ${new Date(time * 1000).toLocaleTimeString()}`;
+      document.body.dataset.refreshed = String(time);
+      document.body.dataset.drawnMs = String(Math.round(performance.now() - started));
+      // The first draw of this view, in ms since the navigation started (the browser tests'
+      // load time).
+      if (!document.body.dataset.firstDrawnMs) {
+        document.body.dataset.firstDrawnMs = String(Math.round(performance.now()));
+      }
     } catch (err) {
       showBanner(`Error: ${err.message}`);
     } finally {
@@ -353,7 +647,11 @@
     }
   }
 
+  $("queues-view").hidden = view === "workers" || Boolean(job);
+  $("nav-workers").classList.toggle("active", view === "workers");
+  $("nav-queues").classList.toggle("active", view !== "workers");
   wireActions();
+  wireSearch();
   refresh();
   setInterval(refresh, refreshMs);
 })();

@@ -1,0 +1,49 @@
+"""Workloads of this library's sharded queues, for ``shards_rows.py`` (run by ``ours_worker.py``).
+
+``shards_compare`` runs one workload of ``workloads.py`` or ``ours_workloads.py`` (``add``,
+``lease_complete`` or ``worker_runner``) in rounds alternating between the unsharded queue and
+the same queue with ``shards`` shards, on one server in one process: the ratio of the two is
+what sharding costs where it cannot help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from ours_workloads import worker_runner
+from workloads import PREFIX, Result, add, lease_complete
+
+#: The workloads compared, and the part of their result that is the figure.
+COMPARED: dict[str, tuple[Callable[[redis.Redis, Any, Result], Result], str | None]] = {
+    "add": (add, None),
+    "lease_complete": (lease_complete, None),
+    "worker": (worker_runner, "runner"),
+}
+
+
+def shards_compare(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Best rates of ``p["workload"]`` on ``p["shards"]`` shards and unsharded, alternating."""
+    body, part = COMPARED[p["workload"]]
+    rwq = q.rwq
+    queues = {
+        "plain": rwq.WorkQueue(rwq.KeyPrefix(PREFIX)),
+        "sharded": rwq.WorkQueue(rwq.KeyPrefix(PREFIX), shards=p["shards"]),
+    }
+    out: Result = {name: {"value": 0.0, "unit": "ops/s", "rounds": []} for name in queues}
+    for _ in range(p["rounds"]):
+        for name, queue in queues.items():
+            db.flushall()
+            q._q = queue  # the adapter's queue: every call of the workload goes to it
+            found = body(db, q, {**p, "rounds": 1})
+            value = float((found[part] if part else found)["value"])
+            out[name]["rounds"].append(value)
+            out[name]["value"] = max(out[name]["value"], value)
+    out["value"] = out["sharded"]["value"]
+    out["unit"] = "ops/s"
+    return out
+
+
+SHARDED = {"shards_compare": shards_compare}

@@ -1,0 +1,59 @@
+"""Row module of sharded queues: ``shards=8`` against the unsharded queue on one server.
+
+On one server sharding spreads nothing; these rows check that it costs almost nothing: add one
+per call, lease+complete one at a time and the ``Worker`` runner (no-op handler), each in rounds
+alternating between the two queues in one process (``sharded_workloads.shards_compare``).
+Target: at least 0.9x. Keys ``shards:<workload>``.
+"""
+
+from __future__ import annotations
+
+from rows import Job, Ratio, Results, Row, div, rate
+
+SHARDS = 8
+WORKLOADS = {
+    "add": "add, 1 per call",
+    "lease_complete": "lease+complete, 1 at a time",
+    "worker": "worker runner, no-op handler",
+}
+
+
+def jobs(quick: bool) -> list[Job]:
+    n, rounds = (1_500, 2) if quick else (8_000, 4)
+    return [
+        Job(
+            f"shards:{w}",
+            "ours",
+            "shards_compare",
+            {"workload": w, "shards": SHARDS, "n": n, "rounds": rounds},
+        )
+        for w in WORKLOADS
+    ]
+
+
+def _part(results: Results, workload: str, part: str) -> float | None:
+    r = results.get((f"shards:{workload}", "ours"), {})
+    return None if "error" in r or part not in r else float(r[part]["value"])
+
+
+def report(results: Results, quick: bool) -> list[str]:
+    del results, quick
+    return []
+
+
+def rows(results: Results, quick: bool) -> list[Row]:
+    del quick
+    out = []
+    for workload, label in WORKLOADS.items():
+        if (f"shards:{workload}", "ours") not in results:
+            continue
+        sharded, plain = _part(results, workload, "sharded"), _part(results, workload, "plain")
+        out.append(
+            Ratio(div(sharded, plain), f"shards={SHARDS}/unsharded", at_least=0.9).row(
+                (f"shards:{workload}",),
+                f"{label}, shards={SHARDS} vs unsharded (one server)",
+                rate(sharded),
+                f"(unsharded {rate(plain)})",
+            )
+        )
+    return out

@@ -1,0 +1,263 @@
+"""A queue spread over shards, on one server: naming, dedup, the whole API on the logical queue,
+changing the shard count, leasing without hot spots, and blocking wake-ups.
+
+The queue suites of ``test_add``, ``test_lease``, ``test_complete``, ``test_delayed``,
+``test_expiry``, ``test_counts`` and ``test_inspection`` also run on a sharded queue
+(``QUEUE_SHARDS``); this module covers what is particular to shards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from plugins.backends import Backend
+from redis_work_queue import (
+    InvalidArgumentError,
+    Item,
+    KeyPrefix,
+    ShardStats,
+    WorkQueue,
+    complete_and_lease_from,
+    lease_from,
+    metrics,
+)
+from redis_work_queue.calls import Pipelined
+from redis_work_queue.ops.sharded import STICK, shard_index, shard_prefix
+
+QUEUE = KeyPrefix("jobs")
+QUEUE_OPTIONS = {"shards": 4, "max_deliveries": 1}
+
+
+def keys_of(db: redis.Redis) -> set[str]:
+    return {k.decode() if isinstance(k, bytes) else k for k in db.keys("*")}
+
+
+def items(n: int, prefix: str = "i") -> list[Item]:
+    return [Item(f"d{i}".encode(), id=f"{prefix}{i}") for i in range(n)]
+
+
+def test_shard_naming_and_stable_hash(db: redis.Redis, queue: WorkQueue) -> None:
+    """Shard i of ``jobs`` is ``{jobs:i}``; an id lives on crc32(id) mod N, whoever adds it."""
+    assert shard_prefix("jobs", 3) == "{jobs:3}"
+    queue.add_items(db, items(40))
+    for item in items(40):
+        shard = shard_index(item.id(), 4)
+        assert db.exists(f"{{jobs:{shard}}}:item:{item.id()}")
+    assert {k.split(":", 1)[0] for k in keys_of(db)} <= {f"{{jobs:{i}}}" for i in range(4)} | {
+        "{jobs"
+    }
+    assert all(k.startswith("{jobs:") for k in keys_of(db))
+    other = WorkQueue(QUEUE, shards=4)
+    assert other.add_item(db, Item(b"again", id="i7")) is False  # dedup holds across clients
+
+
+def test_one_shard_writes_todays_keys(db: redis.Redis) -> None:
+    """``shards=1`` (the default) is today's queue, key for key."""
+    plain, one = WorkQueue(KeyPrefix("a")), WorkQueue(KeyPrefix("b"), shards=1)
+    for q in (plain, one):
+        q.add_item(db, Item(b"x", id="x"))
+    assert {k.replace("b:", "a:", 1) for k in keys_of(db) if k.startswith("b:")} == {
+        k for k in keys_of(db) if k.startswith("a:")
+    }
+    assert one.shards == 1 and type(one.ops) is type(plain.ops)
+
+
+def test_every_shard_is_a_reference_layout_queue(db: redis.Redis, queue: WorkQueue) -> None:
+    """A queue of one shard's prefix works that shard: it is an ordinary queue."""
+    queue.add_items(db, items(20))
+    shard = shard_index("i5", 4)
+    alone = WorkQueue(KeyPrefix(f"{{jobs:{shard}}}"))
+    on_shard = {i.id() for i in items(20) if shard_index(i.id(), 4) == shard}
+    leased = alone.lease_many(db, 30, 50, block=False)
+    assert {i.id() for i in leased} == on_shard
+    assert all(alone.complete(db, i) for i in leased)
+    assert queue.stats(db).queued == 20 - len(on_shard)
+
+
+def test_bad_shard_options_are_refused() -> None:
+    for bad in (0, -1, 1.5, "4", 5000):
+        with pytest.raises(InvalidArgumentError, match="shards"):
+            WorkQueue(QUEUE, shards=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="brace"):
+        WorkQueue(KeyPrefix("{jobs}"), shards=4)
+    with pytest.raises(InvalidArgumentError, match="shards_before"):
+        WorkQueue(QUEUE, shards=4, shards_before=(0,))
+
+
+def test_add_items_sends_one_call_per_shard_together(bytes_db: redis.Redis) -> None:
+    """A batch is grouped by shard: one add call per shard, all in one round trip (which a
+    cluster client sends as one pipeline per node)."""
+    queue = WorkQueue(QUEUE, shards=8)
+    steps = queue.ops.add(items(100), skip_check=False)
+    sent = next(steps)
+    assert isinstance(sent, Pipelined) and len(sent.calls) == 8
+    assert {c.keys[0] for c in sent.calls} == {f"{{jobs:{i}}}:queue" for i in range(8)}
+    steps.close()
+    assert queue.add_items(bytes_db, items(100)) == [True] * 100
+    assert queue.add_items(bytes_db, [*items(5), Item(b"n", id="new")]) == [False] * 5 + [True]
+
+
+def test_whole_api_on_the_logical_queue(db: redis.Redis, queue: WorkQueue) -> None:
+    """Stats and counts summed; peek, pending, dead letters merged; cleans over every shard."""
+    queue.add_items(db, items(12))
+    assert queue.queue_len(db) == 12
+    assert sorted(q.id for q in queue.peek(db, 0, 100)) == sorted(i.id() for i in items(12))
+    assert [q.position for q in queue.peek(db, 2, 3)] == [2, 3, 4]
+    assert len(queue.peek(db, -3, 3)) == 3
+    leased = queue.lease_many(db, 30, 5, block=False)
+    assert len(leased) == 5 and queue.processing(db) == 5
+    assert sorted(p.id for p in queue.pending(db, 0, 100)) == sorted(i.id() for i in leased)
+    assert queue.renew_many(db, leased, 60) == [True] * 5
+    assert queue.release(db, leased[0], reason="boom")  # its last delivery: buried
+    assert queue.give_back(db, leased[1:2]) == [True]
+    assert queue.complete_many(db, leased[2:]) == leased[2:]
+    stats = queue.stats(db)
+    assert (stats.queued, stats.leased, stats.dead) == (8, 0, 1)
+    assert queue.dead_count(db) == 1
+    dead = queue.dead_letters(db)
+    assert [(d.id, d.reason) for d in dead] == [(leased[0].id(), "boom")]
+    assert queue.item_data(db, leased[0].id(), dead=True) == leased[0].data()
+    assert queue.requeue_dead(db) == 1 and queue.stats(db).queued == 9
+    counts = queue.counts(db)
+    assert (counts.added, counts.completed, counts.dead, counts.requeued) == (12, 3, 1, 1)
+    rows = queue.shard_stats(db)
+    assert [r.prefix for r in rows] == [f"{{jobs:{i}}}" for i in range(4)]
+    assert all(isinstance(r, ShardStats) for r in rows)
+    assert sum(r.stats.queued for r in rows) == 9 and sum(r.counts.added for r in rows) == 12
+    assert queue.light_clean(db).examined >= 0
+    assert queue.deep_clean(db).examined == 9
+    taken = queue.lease_many(db, 0.05, 9, block=False)
+    assert len(taken) == 9
+    time.sleep(0.1)
+    assert queue.light_clean(db).dead == 9  # expired on their last delivery
+    assert queue.purge_dead(db, [taken[0].id()]) == 1 and queue.dead_count(db) == 8
+    assert queue.purge_dead(db) == 8
+    report = queue.flush(db)
+    assert report.keys > 0 and keys_of(db) == set()
+
+
+def test_metrics_are_merged(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_items(db, items(10))
+    queue.lease_many(db, 30, 3, block=False)
+    (found,) = metrics.read(db, [queue])
+    assert found.queue == "jobs"
+    assert (found.stats.queued, found.stats.leased, found.counts.added) == (7, 3, 10)
+
+
+def test_unsharded_queue_has_one_shard_row(db: redis.Redis) -> None:
+    queue = WorkQueue(KeyPrefix("plain"))
+    queue.add_item(db, Item(b"x"))
+    (row,) = queue.shard_stats(db)
+    assert (row.index, row.prefix, row.stats.queued, row.counts.added) == (0, "plain", 1, 1)
+
+
+def test_workers_start_on_shards_of_their_own(bytes_db: redis.Redis) -> None:
+    """Each worker (thread) starts at its own shard: they spread over the shards."""
+    queue = WorkQueue(QUEUE, shards=8)
+    queue.add_items(bytes_db, items(400))
+    firsts: list[str] = []
+
+    def worker() -> None:
+        item = queue.lease(bytes_db, 30, block=False)
+        assert item is not None
+        firsts.append(shard_prefix("jobs", shard_index(item.id(), 8)))
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(firsts)) >= 4
+
+
+def test_a_worker_moves_on_after_a_run_on_one_shard(bytes_db: redis.Redis) -> None:
+    """A lone worker takes at most STICK items in a row from one shard: no shard starves."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(bytes_db, items(400))
+    shards = []
+    for _ in range(4 * STICK):
+        item = queue.lease(bytes_db, 30, block=False)
+        assert item is not None
+        shards.append(shard_index(item.id(), 4))
+    assert Counter(shards) == {0: STICK, 1: STICK, 2: STICK, 3: STICK}
+
+
+def test_lease_from_priority_with_sharded_queues(db: redis.Redis) -> None:
+    high, low = WorkQueue(KeyPrefix("high"), shards=3), WorkQueue(KeyPrefix("low"))
+    low.add_item(db, Item(b"l", id="l"))
+    high.add_items(db, items(2, "h"))
+    got = [lease_from(db, [high, low], 30, block=False) for _ in range(3)]
+    assert [(q.name.prefix, i.id()[0]) for q, i in got if i] == [
+        ("high", "h"),
+        ("high", "h"),
+        ("low", "l"),
+    ]
+    assert lease_from(db, [high, low], 30, block=False) is None
+    _, item = got[0]
+    high.add_items(db, items(3, "n"))
+    done, nxt = complete_and_lease_from(db, high, item, [high, low], 30)
+    assert done is True and nxt is not None and nxt[0] is high
+    assert high.complete(db, item) is False
+
+
+def test_changing_the_shard_count(db: redis.Redis) -> None:
+    """Adds follow the new count; old shards are leased and counted until empty; dedup holds
+    for ids that exist on their shard under the earlier count."""
+    old = WorkQueue(QUEUE, shards=2)
+    old.add_items(db, items(30))
+    new = WorkQueue(QUEUE, shards=5, shards_before=2)
+    assert new.stats(db).queued == 30
+    assert new.add_items(db, items(30)) == [False] * 30
+    assert new.add_item(db, Item(b"x", id="i3")) is False
+    assert new.add_items(db, items(10, "n")) == [True] * 10
+    for item in items(10, "n"):
+        assert db.exists(f"{{jobs:{shard_index(item.id(), 5)}}}:item:{item.id()}")
+    leased = new.lease_many(db, 30, 100, block=False)
+    assert len(leased) == 40
+    assert new.complete_many(db, leased) == leased
+    assert new.stats(db) == new.stats(db).__class__(0, 0, 0, 0, 0)
+    assert new.counts(db).completed == 40
+
+
+def test_growing_from_an_unsharded_queue(db: redis.Redis) -> None:
+    """From one queue to shards: the unsharded queue's items are still leased."""
+    WorkQueue(QUEUE).add_items(db, items(5))
+    grown = WorkQueue(QUEUE, shards=3, shards_before=1)
+    assert grown.add_item(db, Item(b"", id="i2")) is False
+    assert grown.queue_len(db) == 5
+    got = grown.lease_many(db, 30, 10, block=False)
+    assert sorted(i.id() for i in got) == sorted(i.id() for i in items(5))
+    assert all(grown.complete(db, i) for i in got)
+
+
+def test_blocking_lease_wakes_for_any_shard(real_backend: Backend) -> None:
+    """On one server a blocked worker waits on every shard at once: an item added to any shard
+    wakes it within milliseconds (median and p99 measured)."""
+    queue = WorkQueue(QUEUE, shards=8)
+    producer = real_backend.client()
+    latencies: list[float] = []
+    for n in range(30):
+        got: dict[str, Any] = {}
+
+        def worker(got: dict[str, Any] = got) -> None:
+            item = queue.lease(real_backend.client(), 30, timeout=5)
+            got["at"] = time.monotonic()
+            got["item"] = item
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        time.sleep(0.03)
+        added = time.monotonic()
+        queue.add_item(producer, Item(b"w", id=f"w{n}"))
+        thread.join(6)
+        assert got["item"] is not None and got["item"].id() == f"w{n}"
+        latencies.append(got["at"] - added)
+    p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1]
+    assert statistics.median(latencies) < 0.05 and p99 < 0.2, latencies
