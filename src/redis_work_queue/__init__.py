@@ -22,6 +22,7 @@ from .errors import (
     WorkQueueError,
     WrongKeyTypeError,
 )
+from .flow import RateLimit
 from .item import Item
 from .keyprefix import KeyPrefix
 from .results import (
@@ -91,6 +92,7 @@ __all__ = [
     "PendingItem",
     "QueueStats",
     "QueuedItem",
+    "RateLimit",
     "Released",
     "ReplicationError",
     "ScriptError",

@@ -13,7 +13,9 @@ from datetime import datetime
 
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
+from .flow import RateLimit
 from .item import Item
+from .ops import flow as flow_ops
 from .ops import lease as lease_ops
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .results import (
@@ -251,6 +253,10 @@ class AsyncWorkQueue(QueueBase):
     async def processing(self, db: AsyncClient) -> int:
         """See :meth:`WorkQueue.processing`."""
         return await arun(db, self.ops.length(self.keys.processing))
+
+    async def set_rate_limit(self, db: AsyncClient, limit: RateLimit | None) -> None:
+        """See :meth:`WorkQueue.set_rate_limit`."""
+        await arun(db, flow_ops.set_rate_limit(self.ops, limit))
 
 
 async def lease_from(

@@ -156,6 +156,7 @@ class QueueKeys:
     worker_prefix: str
     counts: str
     durations: str
+    rate: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name

@@ -169,6 +169,11 @@ ROWS: tuple[KeyRow, ...] = (
         "durations", ":durations", "hash", "queue", _R, False,
         "the workers' job-duration histogram: field -> count (no expiry)",
     ),
+    KeyRow(
+        "rate", ":rate", "hash", "queue", _S, False,
+        "the rate limit of this library's leases (count, per_ms, burst) and its token bucket "
+        "(tokens, at, next); only while the queue has a limit",
+    ),
 )
 # fmt: on
 

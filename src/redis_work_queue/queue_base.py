@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 
 from .errors import InvalidArgumentTypeError
+from .flow import RateLimit, check_rate_limit
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
 
@@ -29,6 +30,10 @@ class QueueBase:
             raising :class:`ReplicationError` when they do not within ``replica_timeout``.
             Each call can override it.
         replica_timeout: How long to wait for the replicas, in seconds.
+        rate_limit: Lease at most so many items per window across every worker of the queue
+            (:class:`RateLimit`, kept in Redis): declared before this object's first lease,
+            and stored only when no limit was ever set on the queue; ``set_rate_limit``
+            changes it at run time. None (the default) declares none.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -42,6 +47,7 @@ class QueueBase:
         max_deliveries: int | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -54,6 +60,7 @@ class QueueBase:
         #: (the worker runners, the Spark data source) or writes its own with the scripts'
         #: argument builders (:mod:`~.ops.registry`).
         self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout)
+        self.ops.rate_limit = check_rate_limit(rate_limit)
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
         self._session = uuid.uuid4().hex
@@ -84,6 +91,11 @@ class QueueBase:
     def max_deliveries(self) -> int | None:
         """The queue's delivery limit, or None."""
         return self.ops.max_deliveries or None
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The rate limit this queue object declares (the one in force: ``stats()``)."""
+        return self.ops.rate_limit
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, max_deliveries={self.max_deliveries})"

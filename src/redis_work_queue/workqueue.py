@@ -9,8 +9,10 @@ from datetime import datetime
 
 from . import transport
 from .clients import SyncClient, SyncPipeline
+from .flow import RateLimit
 from .item import Item
 from .ops import PIPELINE_CHUNK
+from .ops import flow as flow_ops
 from .ops import lease as lease_ops
 from .ops.lease import FALLBACK_SLICE
 from .queue_base import QueueBase, ops_of, ops_of_one
@@ -598,6 +600,27 @@ class WorkQueue(QueueBase):
         apart.
         """
         return run(db, self.ops.length(self.keys.processing))
+
+    # Flow control -----------------------------------------------------------------------------
+
+    def set_rate_limit(self, db: SyncClient, limit: RateLimit | None) -> None:
+        """Set the queue's rate limit for every worker of the fleet, or remove it.
+
+        The limit is kept in Redis (``<prefix>:rate``) and every lease of this library checks
+        it, from its next call: at most ``limit.count`` items per ``limit.per_secs`` seconds
+        (``limit.burst`` at once). A blocking lease refused by it sleeps until its turn. Other
+        clients of the design do not read it.
+
+        Args:
+            db: The Redis client.
+            limit: The new limit, or None for none (a queue object's declared ``rate_limit``
+                is then not stored again either).
+
+        Raises:
+            InvalidArgumentError: ``limit`` is not a :class:`RateLimit` or None.
+            WrongKeyTypeError: ``<prefix>:rate`` holds the wrong Redis type.
+        """
+        run(db, flow_ops.set_rate_limit(self.ops, limit))
 
 
 def lease_from(

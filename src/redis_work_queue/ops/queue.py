@@ -20,6 +20,7 @@ from ..errors import (
     OutcomeUnknownError,
     ReplicationError,
 )
+from ..flow import RateLimit, parse_rate
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..results import (
@@ -296,6 +297,10 @@ class QueueOps:
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.
         self.clean_state = cleaning.CleanState()
+        #: The rate limit this queue object declares (see ``ops/flow.py``), and whether its
+        #: declaration has been sent.
+        self.rate_limit: RateLimit | None = None
+        self.rate_declared = False
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -416,7 +421,7 @@ class QueueOps:
 
     @operation(
         methods=("lease_many",),
-        scripts=("lease", "claim"),
+        scripts=("lease", "claim", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -440,7 +445,7 @@ class QueueOps:
 
     @operation(
         methods=("lease",),
-        scripts=("lease", "claim"),
+        scripts=("lease", "claim", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -627,8 +632,8 @@ class QueueOps:
         """The queue's counts; the processing list is checked in chunks."""
         start = live = examined = gone = 0
         while True:
-            reply: list[int] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
-            queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply)
+            reply: list[Any] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
+            queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply[:7])
             examined += seen
             live += alive
             gone += done  # entries of completed items, awaiting a light clean
@@ -642,6 +647,7 @@ class QueueOps:
             expired=max(processing - leased - gone, 0),
             delayed=delayed,
             dead=dead,
+            rate_limit=parse_rate(reply[7]),
         )
 
     @operation(methods=("counts",), commands=("HGETALL",), docs=API)
@@ -804,7 +810,7 @@ register(
     Operation(
         "leased",
         methods=("leased",),
-        scripts=("lease", "claim", "complete", "release"),
+        scripts=("lease", "claim", "complete", "release", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
