@@ -144,6 +144,18 @@ def test_a_limit_set_at_run_time_applies_to_every_client(db: redis.Redis, queue:
     assert queue.stats(db).rate_limit is None
 
 
+def test_a_faster_limit_set_at_run_time_takes_effect_at_once(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    _fill(db, queue, 5)
+    queue.set_rate_limit(db, RateLimit(1, 60, burst=2))
+    assert len(queue.lease_many(db, LEASE_SECS, 5, block=False)) == 2
+    queue.set_rate_limit(db, RateLimit(20, 1))  # one item every 50 ms
+    started = time.monotonic()
+    assert all(queue.lease(db, LEASE_SECS, timeout=3) is not None for _ in range(3))
+    assert time.monotonic() - started < 1.5
+
+
 def test_a_declared_limit_is_stored_by_the_first_lease_unless_one_was_set(db: redis.Redis) -> None:
     first = WorkQueue(QUEUE, rate_limit=RateLimit(2, 60, burst=2))
     assert first.rate_limit == RateLimit(2, 60, burst=2)
