@@ -64,7 +64,7 @@ WORKERS = {"ours": BENCH / "ours_worker.py", "baseline": BENCH / "mevitae_worker
 #: The worker of every other client (a peer of bench/peers/), run with ``--peer NAME``.
 PEER_WORKER = BENCH / "peer_worker.py"
 #: Modules that add jobs and rows (see rows.py); adding one is one line.
-ROW_MODULES = ("peers_rows",)
+ROW_MODULES = ("peers_rows", "flow_rows")
 DRAIN_WORKER = BENCH / "drain_worker.py"
 JOB_TIMEOUT = 900  # seconds; a worker that takes longer has hung
 SETUP_TIMEOUT = 60  # seconds to start a replica or a cluster
