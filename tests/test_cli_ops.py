@@ -697,6 +697,7 @@ RUNNABLE: dict[str, list[str]] = {
     "workers": [P],
     "dashboard": [P],
     "demo": ["--items", "1"],
+    "rate-limit": [P],
 }
 
 

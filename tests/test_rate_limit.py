@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import threading
 import time
@@ -415,3 +416,20 @@ def test_metrics_export_the_limit_as_items_per_second(db: redis.Redis) -> None:
     text = metrics.render(db, [limited, free])
     assert 'rwq_rate_limit_per_second{queue="rl"} 50\n' in text
     assert 'rwq_rate_limit_per_second{queue="rl2"}' not in text
+
+
+def test_rwq_rate_limit_shows_sets_and_removes(real_db: redis.Redis, redis_url: str) -> None:
+    from test_cli_ops import rwq  # noqa: PLC0415 (the command line's runner)
+
+    shown = rwq("--url", redis_url, "rate-limit", "rl")
+    assert (shown.returncode, shown.stdout) == (0, "rl: no rate limit\n"), shown.stderr
+    set_ = rwq("--url", redis_url, "rate-limit", "rl", "100", "1", "--burst", "5")
+    assert (set_.returncode, set_.stdout) == (0, "rl: 100 per 1 s, burst 5\n"), set_.stderr
+    assert WorkQueue(QUEUE).stats(real_db).rate_limit == RateLimit(100, 1, burst=5)
+    as_json = rwq("--url", redis_url, "--json", "rate-limit", "rl")
+    assert json.loads(as_json.stdout) == {"rl": {"count": 100, "per_secs": 1.0, "burst": 5}}
+    bad = rwq("--url", redis_url, "rate-limit", "rl", "0", "1")
+    assert bad.returncode == 2 and "RateLimit count must be positive" in bad.stderr
+    assert rwq("--url", redis_url, "rate-limit", "rl", "100").returncode == 2
+    assert rwq("--url", redis_url, "rate-limit", "rl", "--off").returncode == 0
+    assert WorkQueue(QUEUE).stats(real_db).rate_limit is None

@@ -41,7 +41,9 @@ def _rate_call(keys: QueueKeys, mode: str, limit: RateLimit | None) -> ScriptCal
     return set_rate_call(keys, mode, repr(limit.count), repr(limit.per_ms), limit.burst)
 
 
-@operation(methods=("set_rate_limit",), scripts=("set_rate",), writes=True, docs=DOCS)
+@operation(
+    methods=("set_rate_limit",), scripts=("set_rate",), writes=True, cli="rate-limit", docs=DOCS
+)
 def set_rate_limit(queue: QueueOps, limit: RateLimit | None) -> Steps[None]:
     """Set the queue's rate limit for every worker, or remove it (None); see the facade."""
     check_rate_limit(limit, "set_rate_limit's limit")
