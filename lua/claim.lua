@@ -56,7 +56,7 @@ if err or rate_allow(rate, now, 1, true) == 0 then
 end
 local n = take(Q, id, data, ms, token .. '@' .. now, max, once, now)
 if n then
-  rate_spend(Q, rate, now, 1, nil, false)
+  rate_spend(Q, rate, now, 1, nil)
   if waiter ~= '' then
     leave(Q, waiter, now)
   end

@@ -178,11 +178,12 @@ for i = 1, NQ do
       end
     end
   end
-  rate_wait = rate_spend(q, rates[i], now, got - before, rate_wait, register_ms > 0)
+  rate_wait = rate_spend(q, rates[i], now, got - before, rate_wait)
   if got >= wanted then
     break
   end
 end
+rate_wait = rate_settle(queues, rates, now, got, register_ms > 0 and waiter ~= '', rate_wait)
 if registered and (got > 0 or register_ms == 0 or rate_wait) then
   for i = 1, NQ do
     leave(queues[i], waiter, now)

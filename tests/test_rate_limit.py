@@ -44,7 +44,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.calls import Steps
 from redis_work_queue.errors import InvalidArgumentTypeError
-from redis_work_queue.ops.lease import RATE_WAIT, LeaseRequest
+from redis_work_queue.ops.lease import RATE_WAIT, LeasePlan, LeaseRequest
 from redis_work_queue.transport import run
 from servers import Proc
 
@@ -433,3 +433,31 @@ def test_rwq_rate_limit_shows_sets_and_removes(real_db: redis.Redis, redis_url: 
     assert rwq("--url", redis_url, "rate-limit", "rl", "100").returncode == 2
     assert rwq("--url", redis_url, "rate-limit", "rl", "--off").returncode == 0
     assert WorkQueue(QUEUE).stats(real_db).rate_limit is None
+
+
+def test_a_waiter_served_by_another_queue_gives_its_turn_back(
+    db: redis.Redis, sync_queue: WorkQueue
+) -> None:
+    """A blocking lease over a limited queue and a free one: the limited queue's turn is taken
+    only when the call leases nothing, and given back when a later look is served elsewhere."""
+    limited, free = sync_queue, WorkQueue(KeyPrefix("rl2"))
+    _fill(db, limited, 5)
+    limited.set_rate_limit(db, RateLimit(1, 60))
+    assert limited.lease(db, LEASE_SECS, block=False) is not None  # the one token
+    free.add_item(db, Item(b"", id="f"))
+    plan = LeasePlan([limited.ops, free.ops])
+    request = LeaseRequest.of(LEASE_SECS)
+
+    def look() -> Steps[Any]:
+        return (yield plan.lease(request, "t", 1, 2000, "w"))
+
+    reply = run(db, look())
+    assert isinstance(reply, list) and reply[1] in ("f", b"f")  # from the free queue
+    assert not db.hexists(RATE, "r:w")  # no turn taken on the way
+    reply = run(db, look())
+    assert isinstance(reply, int) and reply <= RATE_WAIT  # nothing anywhere: a turn
+    assert db.hexists(RATE, "r:w")
+    free.add_item(db, Item(b"", id="g"))
+    reply = run(db, look())
+    assert isinstance(reply, list)  # served by the free queue: the turn goes back
+    assert not db.hexists(RATE, "r:w")

@@ -9,7 +9,7 @@
 -- early), so callers late to their turns that come together are handed out no faster.
 --#include queue.lua
 -- Keys: P:rate.
--- Defines: rate_read, rate_allow, rate_spend.
+-- Defines: rate_read, rate_allow, rate_spend, rate_settle.
 -- Keeps: P:rate is written only while it holds a limit (a queue without one writes nothing of
 -- it); every item handed out takes one token and one step of the GCRA clock, so over any span
 -- of t ms the leases of the whole fleet take at most burst + t * count / per_ms items; a turn
@@ -88,9 +88,9 @@ end
 
 -- After a lease took taken items from q under the limit r (rate_allow first): spend their
 -- tokens and settle the caller's turn; or, when the limit let it take none while q has items,
--- tell the caller the ms until its turn, and keep that turn for a caller that will wait for it
--- (reserve). Returns the least of wait and that ms (wait when there is none).
-local function rate_spend(q, r, now, taken, wait, reserve)
+-- mark r refused and tell the caller the ms until it might lease (its turn, if it keeps one).
+-- Returns the least of wait and that ms (wait when there is none).
+local function rate_spend(q, r, now, taken, wait)
   if not r then
     return wait
   end
@@ -103,25 +103,44 @@ local function rate_spend(q, r, now, taken, wait, reserve)
   if #r.lapsed > 0 then
     redis.call('HDEL', q.rate, unpack(r.lapsed))
   end
-  local turn
-  if taken == 0 and r.allowed == 0 and redis.call('LLEN', q.queue) > 0 then
-    if r.keep then
-      turn = math.max(r.turns[r.own], r.step)
-    elseif reserve and r.own and not wait and r.count_turns < TURNS then
-      r.tokens = r.tokens - 1
-      turn = math.max(now + math.ceil(-r.tokens * r.per / r.count), r.step)
-      redis.call('HSET', q.rate, r.own, turn)
-      changed = true
-    else
-      turn = math.max(now + math.ceil((1 - r.tokens) * r.per / r.count), r.step)
-    end
-  end
   if changed then
     redis.call('HSET', q.rate, 'tokens', tostring(r.tokens), 'at', now, 'tat',
       tostring(taken > 0 and r.next + taken * r.gap or r.tat))
   end
+  local turn
+  if taken == 0 and r.allowed == 0 and redis.call('LLEN', q.queue) > 0 then
+    if r.keep then
+      turn = math.max(r.turns[r.own], r.step)
+    else
+      r.refused = true
+      turn = math.max(now + math.ceil((1 - r.tokens) * r.per / r.count), r.step)
+    end
+  end
   if turn and not (wait and wait < turn - now) then
     return math.max(math.ceil(turn - now), 0)
+  end
+  return wait
+end
+
+-- After a lease over queues qs (their limits rs, spent with rate_spend): when it took items, the
+-- caller gives back any turn it holds (it will not come for it); when it took none and will
+-- wait (reserve), it gets a turn, and its token, on the first queue that refused it (at most
+-- TURNS are kept). Returns the least of wait and the ms until that turn.
+local function rate_settle(qs, rs, now, got, reserve, wait)
+  for i = 1, #qs do
+    local r = rs[i]
+    if got > 0 and r and r.own and r.turns[r.own] and not r.settle then
+      if r.allowed == nil then
+        rate_allow(r, now, 0, true)
+      end
+      redis.call('HDEL', qs[i].rate, r.own)
+      redis.call('HSET', qs[i].rate, 'tokens', tostring(math.min(r.cap, r.tokens + 1)), 'at', now)
+    elseif got == 0 and reserve and r and r.refused and r.own and r.count_turns < TURNS then
+      r.tokens = r.tokens - 1
+      local turn = math.max(now + math.ceil(-r.tokens * r.per / r.count), r.step)
+      redis.call('HSET', qs[i].rate, r.own, turn, 'tokens', tostring(r.tokens), 'at', now)
+      return wait and math.min(wait, turn - now) or turn - now
+    end
   end
   return wait
 end
