@@ -171,8 +171,9 @@ ROWS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "rate", ":rate", "hash", "queue", _S, False,
-        "the rate limit of this library's leases (count, per_ms, burst) and its token bucket "
-        "(tokens, at, next); only while the queue has a limit",
+        "the rate limit of this library's leases (count, per_ms, burst), its token bucket "
+        "(tokens, at), pacing clock (tat) and waiters' turns (r:<waiter>); only once a limit "
+        "is set",
     ),
 )
 # fmt: on
