@@ -1,11 +1,11 @@
 """Flow control under a fleet of workers: the rate limit of one queue held by worker processes
 and asyncio workers together (marked ``slow``).
 
-The issue's proof runs 8 worker processes and 2 asyncio workers at 200 items per second for
-20 s. Here the same fleet runs at 200 per second (burst 20) for 5 s of leases counted from the
-moment every worker has leased once (worker processes take seconds to start on a loaded
-machine), on a shared two-core machine: enough for the windows to show the limit and the
-throughput.
+The fleet: 8 worker processes and 2 asyncio workers, at 200 items per second (burst 20). A run
+of 20 s is the figure to aim for on a machine of one's own; here the fleet runs for 5 s of
+leases counted from the moment every worker has leased once (worker processes take seconds to
+start on a loaded machine), on a shared two-core machine: enough for the windows to show the
+limit and the throughput.
 """
 
 from __future__ import annotations

@@ -461,3 +461,20 @@ def test_a_waiter_served_by_another_queue_gives_its_turn_back(
     reply = run(db, look())
     assert isinstance(reply, list)  # served by the free queue: the turn goes back
     assert not db.hexists(RATE, "r:w")
+
+
+def test_a_lapsed_turn_is_dropped_and_no_more_than_64_turns_are_kept(
+    db: redis.Redis, sync_queue: WorkQueue
+) -> None:
+    """A waiter that died leaves its turn: it is dropped a window after it came. At most 64
+    turns are kept: a waiter beyond them is told its wait without a turn."""
+    _fill(db, sync_queue, 5)
+    sync_queue.set_rate_limit(db, RateLimit(10, 1))
+    assert isinstance(run(db, _raw_look(sync_queue)), list)
+    now = int(db.time()[0]) * 1000
+    db.hset(RATE, "r:dead", now - 1500)  # its turn came 1.5 windows ago
+    assert run(db, _raw_look(sync_queue, "w", 2000)) <= RATE_WAIT
+    assert not db.hexists(RATE, "r:dead") and db.hexists(RATE, "r:w")
+    db.hset(RATE, mapping={f"r:x{k}": now + 60_000 for k in range(63)})  # 64 with w's
+    assert run(db, _raw_look(sync_queue, "late", 2000)) <= RATE_WAIT
+    assert not db.hexists(RATE, "r:late")
