@@ -575,6 +575,40 @@ def schedules_tick(db: redis.Redis, q: Any, p: Result) -> Result:
     return out
 
 
+# Rate limits ------------------------------------------------------------------------------------
+
+
+def rate_limited(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of the plain ``lease(block=False)`` + ``complete`` loop on a queue with a rate
+    limit it never reaches (RateLimit(10**9, 1, burst=10**6): the lease script reads and writes
+    the bucket on every call) and on the same queue without one, in alternating rounds.
+    """
+    rwq = q.rwq
+    n, rounds = p["n"], p["rounds"]
+    per = max(1, n // rounds)
+    generous = rwq.RateLimit(10**9, 1, burst=10**6)
+
+    def pairs(k: int, limit: Any) -> float:
+        q.queue.set_rate_limit(db, limit)
+        if limit is None:
+            db.delete(q.queue.keys.rate)  # no limit at all: the reference keys only
+        _fill(q, db, k)
+        gc.collect()
+        start = time.perf_counter()
+        _plain_pairs(q, k)
+        seconds = time.perf_counter() - start
+        _drained(q)
+        return k / seconds
+
+    pairs(WARMUP, None)
+    pairs(WARMUP, generous)
+    result: Result = {"none": _rate_result(per), "limited": _rate_result(per)}
+    for _ in range(rounds):
+        _record(result["none"], pairs(per, None))
+        _record(result["limited"], pairs(per, generous))
+    return result
+
+
 OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "deep_clean_lost": deep_clean_lost,
     "light_clean_longest": light_clean_longest,
@@ -584,4 +618,5 @@ OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "asyncio": asyncio_rates,
     "wait": wait_cost,
     "schedules_tick": schedules_tick,
+    "rate_limited": rate_limited,
 }

@@ -71,6 +71,7 @@ ROW_MODULES = (
     "functions_rows",
     "jobs_rows",
     "batching_rows",
+    "flow_rows",
 )
 DRAIN_WORKER = BENCH / "drain_worker.py"
 JOB_TIMEOUT = 900  # seconds; a worker that takes longer has hung

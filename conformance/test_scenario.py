@@ -44,6 +44,7 @@ from redis_work_queue import (
     WorkQueue,
     WrongKeyTypeError,
 )
+from redis_work_queue.flow import RateLimit
 from redis_work_queue.results import QueueCounts
 from servers import Proc
 
@@ -636,6 +637,22 @@ def sharding(lane: Lane, check: Check) -> None:
     check("flush every shard", lane.do(q.flush), lambda r: r.items == 6)
 
 
+def rate_limits(lane: Lane, check: Check) -> None:
+    q = lane.queue("rated")
+    check("add", lane.do(q.add_items, [Item(b"1", id="1"), Item(b"2", id="2")]), [True, True])
+    check("set_rate_limit", lane.do(q.set_rate_limit, RateLimit(1, 60, burst=2)), None)
+    check(
+        "stats shows it",
+        lane.do(q.stats),
+        QueueStats(
+            queued=2, leased=0, expired=0, delayed=0, dead=0, rate_limit=RateLimit(1, 60, 2)
+        ),
+    )
+    check("set_rate_limit None", lane.do(q.set_rate_limit, None), None)
+    check("stats without it", lane.do(q.stats), lambda r: r.rate_limit is None)
+    check("lease_many unlimited", lane.do(q.lease_many, 30, 2, block=False), lambda r: len(r) == 2)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sharding": sharding,
     "adding": adding,
@@ -647,6 +664,7 @@ SCENARIOS: dict[str, Scenario] = {
     "flushing": flushing,
     "jobs": jobs,
     "scheduling": scheduling,
+    "rate_limits": rate_limits,
 }
 
 

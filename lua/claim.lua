@@ -2,6 +2,7 @@
 --#include queue.lua
 --#include wake.lua
 --#include take.lua
+--#include rate.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) lease_ms: the lease length in ms
 -- arg(2) token: the lease token
@@ -12,7 +13,8 @@
 -- Returns {1 (the queue's index), id, data, deliveries, ms leased}, as lease.lua replies; or 0
 -- when the id cannot be handed out: a cleaner already gave it back to the main queue (it is no
 -- longer on the processing list), it is no longer an item, it is a stray copy of a leased item,
--- or it was buried.
+-- or it was buried; or the queue's rate limit (rate.lua) holds it back (the id goes back to the
+-- leasing end of the main queue, and the lease that follows is told its turn).
 -- Keeps: every key the call may write is type-checked before its first write (a lease key of
 -- another type reads as held by another worker); a wrong type fails the call with the move
 -- undone. An id is leased only while it is on the processing list, so a cleaner that requeued it
@@ -31,6 +33,7 @@ check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons})
 if waiter ~= '' then
   check_types('zset', {Q.waiting}, 'list', {Q.wake})
 end
+local rate = rate_read(Q, waiter)
 local data = redis.pcall('GET', Q.item .. id)
 local err
 if type(data) == 'table' then
@@ -40,16 +43,20 @@ else
   err = wrong_type(bury_keys(Q, {id}, counts, max))
 end
 local now = now_ms()
-if err then
+if err or rate_allow(rate, now, 1, true) == 0 then
   redis.call('LREM', Q.processing, 1, id)
   redis.call('RPUSH', Q.queue, id)
   if waiter ~= '' then
     leave(Q, waiter, now)
   end
-  error(err, 0)
+  if err then
+    error(err, 0)
+  end
+  return 0
 end
 local n = take(Q, id, data, ms, token .. '@' .. now, max, once, now)
 if n then
+  rate_spend(Q, rate, now, 1, nil)
   if waiter ~= '' then
     leave(Q, waiter, now)
   end

@@ -7,6 +7,7 @@
 --#include take.lua
 --#include stray.lua
 --#include finish.lua
+--#include rate.lua
 -- KEYS[i] queue i's main queue and ARGV[i] its key prefix, for queues i = 1..n in priority order
 -- (see queue.lua)
 -- arg(1) lease_ms: the lease length in ms
@@ -28,7 +29,9 @@
 -- Returns, when items are handed out, one flat list: queue index, id, data and deliveries of
 -- each item in turn, then the ms they were leased at (one time for the call); when there is
 -- none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN when the budget
--- ran out on ids dropped or buried (none handed out): the caller calls again.
+-- ran out on ids dropped or buried (none handed out): the caller calls again; or, when a
+-- queue's rate limit (rate.lua) held items back, RATE_WAIT - the ms until the caller's turn
+-- (a turn is kept for a caller that will wait: register_ms > 0).
 -- With a completion: {1 when this call completed the item (0 when it was done already), that
 -- reply}.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
@@ -43,6 +46,8 @@
 -- completion done.
 -- The reply that asks the caller to call again (CALL_AGAIN in lease.py, which a test compares).
 local CALL_AGAIN = -2
+-- The reply to a caller refused by a rate limit is RATE_WAIT - its wait in ms (lease.py too).
+local RATE_WAIT = -3
 local ms, token, once = arg(1), arg(2), arg(3) == '1'
 local wanted = tonumber(arg(4))
 -- The budget, fixed for the call; budget counts down what is left of it.
@@ -58,7 +63,7 @@ local out, got = {}, 0
 -- reads as none (the id is dropped), a lease key of another type as a live lease (the id is a
 -- stray copy): neither is written.
 -- Each queue's key names, made once for the call.
-local queues = {}
+local queues, rates, rate_wait = {}, {}, nil
 for i = 1, NQ do
   queues[i] = queue_at(i)
 end
@@ -81,6 +86,7 @@ for i = 1, NQ do
   if tonumber(arg(8 + i)) > 0 then
     check_types('zset', {q.dead}, 'hash', {q.counts})
   end
+  rates[i] = rate_read(q, waiter)
   if register_ms > 0 or registered then
     check_types('zset', {q.waiting}, 'list', {q.wake})
   elseif i > 1 or not first_reads then
@@ -107,12 +113,14 @@ for i = 1, NQ do
     drop_marker(q)
   end
   promote(q, now, BUDGET, i == 1 and first_reads)
-  while got < wanted and budget > 0 do
+  local before = got
+  local upto = got + rate_allow(rates[i], now, wanted - got, register_ms > 0)
+  while got < upto and budget > 0 do
     -- The oldest ids (at the tail; the oldest is the last) and their data, in one call each. The
     -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
     -- and a script that has run a write may write past maxmemory, so on an empty queue a blocked
     -- worker's registration must be the first write, for the server to refuse it when full.
-    local from = -math.min(wanted - got, budget)
+    local from = -math.min(upto - got, budget)
     local ids = redis.pcall('LRANGE', q.queue, from, '-1')
     if ids.err then
       -- This read is the first queue's check of its main queue (see first_reads): a key of
@@ -170,11 +178,13 @@ for i = 1, NQ do
       end
     end
   end
+  rate_wait = rate_spend(q, rates[i], now, got - before, rate_wait)
   if got >= wanted then
     break
   end
 end
-if registered and (got > 0 or register_ms == 0) then
+rate_wait = rate_settle(queues, rates, now, got, register_ms > 0 and waiter ~= '', rate_wait)
+if registered and (got > 0 or register_ms == 0 or rate_wait) then
   for i = 1, NQ do
     leave(queues[i], waiter, now)
   end
@@ -185,6 +195,9 @@ if got > 0 then
 end
 if budget <= 0 then
   return answer(CALL_AGAIN)
+end
+if rate_wait then
+  return answer(RATE_WAIT - rate_wait)
 end
 local soonest = -1
 for i = 1, NQ do

@@ -4,10 +4,11 @@
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) first: the first index of the processing-list chunk to inspect
 -- arg(2) last: its last index
--- Returns {queued, processing, delayed, dead, examined, live, gone}: the lengths of the main queue
--- and the processing list, the numbers of delayed and dead items, and of the chunk's ids how many
--- were examined, how many have a live lease, and how many are entries of completed items (no
--- lease, no data key) left for the light clean to drop.
+-- Returns {queued, processing, delayed, dead, examined, live, gone, rate}: the lengths of the main
+-- queue and the processing list, the numbers of delayed and dead items, of the chunk's ids how
+-- many were examined, how many have a live lease, and how many are entries of completed items (no
+-- lease, no data key) left for the light clean to drop; and the queue's rate limit, {count,
+-- per_ms, burst} (see rate.lua; count false or '0' when it has none).
 -- Keeps: read only.
 local chunk = redis.call('LRANGE', Q.processing, arg(1), arg(2))
 local live, gone = 0, 0
@@ -21,4 +22,5 @@ end
 return {
   redis.call('LLEN', Q.queue), redis.call('LLEN', Q.processing), redis.call('ZCARD', Q.delayed),
   redis.call('ZCARD', Q.dead), #chunk, live, gone,
+  redis.call('HMGET', Q.rate, 'count', 'per_ms', 'burst'),
 }

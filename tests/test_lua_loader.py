@@ -77,6 +77,7 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
         "hold.lua",
         "stray.lua",
         "finish.lua",
+        "rate.lua",
     )
     # complete.lua needs the layout and finish.lua, which needs the layout too.
     assert assemble("complete").includes == ("queue.lua", "finish.lua")

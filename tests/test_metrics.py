@@ -54,6 +54,7 @@ def expected_values(db: redis.Redis, queues: dict[str, WorkQueue]) -> dict[tuple
         (f"rwq_{gauge}", name): value
         for name, q in queues.items()
         for gauge, value in asdict(q.stats(db)).items()
+        if gauge != "rate_limit"
     }
 
 

@@ -24,6 +24,7 @@ from .errors import (
     WorkQueueError,
     WrongKeyTypeError,
 )
+from .flow import RateLimit
 from .item import Item
 from .keyprefix import KeyPrefix
 from .ops.jobs import Cancelled, ItemState, Renewed
@@ -101,6 +102,7 @@ __all__ = [
     "PendingItem",
     "QueueStats",
     "QueuedItem",
+    "RateLimit",
     "Released",
     "Renewed",
     "ReplicationError",

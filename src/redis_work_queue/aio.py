@@ -13,7 +13,9 @@ from datetime import datetime
 
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
+from .flow import RateLimit
 from .item import Item
+from .ops import flow as flow_ops
 from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
@@ -370,6 +372,10 @@ class AsyncWorkQueue(QueueBase):
     async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
         """See :meth:`WorkQueue.shard_stats`."""
         return await arun(db, sharded_ops.shard_stats(self.ops))
+
+    async def set_rate_limit(self, db: AsyncClient, limit: RateLimit | None) -> None:
+        """See :meth:`WorkQueue.set_rate_limit`."""
+        await arun(db, flow_ops.set_rate_limit(self.ops, limit))
 
 
 async def lease_from(

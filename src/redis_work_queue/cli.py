@@ -44,6 +44,7 @@ from .errors import (
     WrongKeyTypeError,
 )
 from .extras import extra_needed
+from .flow import RateLimit
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import schedules as schedule_ops
@@ -927,6 +928,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     p.set_defaults(func=None)
     _schedule_commands(command)
+
+    p = command(
+        "rate-limit",
+        help="show, set or remove a queue's rate limit",
+        description="Show a queue's rate limit; with COUNT and PER_SECS set it for every worker "
+        "(at most COUNT items leased per PER_SECS seconds, --burst at once), from their next "
+        "lease; with --off remove it.",
+    )
+    p.add_argument("queues", nargs=1, metavar="QUEUE", help="queue key prefix")
+    p.add_argument("count", nargs="?", type=float, metavar="COUNT", help="items per window")
+    p.add_argument("per_secs", nargs="?", type=float, metavar="PER_SECS", help="the window")
+    p.add_argument("--burst", type=int, default=1, help="most items at once (default 1)")
+    p.add_argument("--off", action="store_true", help="remove the limit")
+    p.set_defaults(func=_rate_limit)
     return parser
 
 
@@ -1189,6 +1204,28 @@ def _functions(args: argparse.Namespace, db: Any) -> int:
             extra = f" (also: {', '.join(others)})" if others else ""
             print(f"{n.node}: {name} {state}{extra}")
     return 0 if all(n.loaded for n in nodes) else EXIT_FAILED
+
+
+def _rate_limit(args: argparse.Namespace, db: Any) -> int:
+    """``rwq rate-limit``: show, set or remove one queue's rate limit."""
+    queue = _queue(args, args.queues[0])
+    if args.off and args.count is not None:
+        raise Failure(EXIT_USAGE, "pass COUNT and PER_SECS, or --off (not both)")
+    if args.count is not None:
+        if args.per_secs is None:
+            raise Failure(EXIT_USAGE, "pass PER_SECS after COUNT: rwq rate-limit QUEUE 100 1")
+        count = int(args.count) if args.count.is_integer() else args.count
+        queue.set_rate_limit(db, RateLimit(count, args.per_secs, burst=args.burst))
+    elif args.off:
+        queue.set_rate_limit(db, None)
+    limit = queue.stats(db).rate_limit
+    if args.json:
+        _json_out({args.queues[0]: None if limit is None else asdict(limit)})
+    elif limit is None:
+        print(f"{args.queues[0]}: no rate limit")
+    else:
+        print(f"{args.queues[0]}: {limit.count:g} per {limit.per_secs:g} s, burst {limit.burst}")
+    return EXIT_OK
 
 
 # Running ----------------------------------------------------------------------------------------

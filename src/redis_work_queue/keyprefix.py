@@ -163,6 +163,7 @@ class QueueKeys:
     schedules_turn: str
     result_prefix: str
     progress_prefix: str
+    rate: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name

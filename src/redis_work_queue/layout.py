@@ -199,6 +199,12 @@ ROWS: tuple[KeyRow, ...] = (
         "progress", ":progress:", "string", "item", _S, False,
         "a leased item's last progress report; it lapses with the lease",
     ),
+    KeyRow(
+        "rate", ":rate", "hash", "queue", _S, False,
+        "the rate limit of this library's leases (count, per_ms, burst), its token bucket "
+        "(tokens, at), pacing clock (tat) and waiters' turns (r:<waiter>); only once a limit "
+        "is set",
+    ),
 )
 # fmt: on
 

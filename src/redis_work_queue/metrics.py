@@ -65,6 +65,7 @@ GAUGES = {
     "oldest_waiting_seconds": "Age of the item next to be leased, from its id's time (UUIDv7).",
     "delayed_overdue_seconds": "How long ago the earliest delayed item fell due (0: none due).",
     "workers": "Live workers (registrations whose heartbeat has not lapsed).",
+    "rate_limit_per_second": "The queue's rate limit, in items leased per second (none: no limit).",
 }
 #: Counter name (without ``_total``) -> help text, one per QueueCounts field.
 COUNTERS = {
@@ -111,6 +112,9 @@ def _gauge(m: QueueMetrics, name: str) -> float | None:
         "delayed_overdue_seconds": m.delayed_overdue,
         "workers": m.workers,
     }
+    if name == "rate_limit_per_second":
+        limit = m.stats.rate_limit
+        return None if limit is None else limit.count / limit.per_secs
     return values[name]
 
 
@@ -183,8 +187,9 @@ def collect(db: Any, queues: Sequence[Any]) -> dict[str, dict[str, int]]:
     """The five state gauges of every queue: ``{metric: {queue name: value}}``."""
     values: dict[str, dict[str, int]] = {name: {} for name in METRICS}
     for queue in queues:
-        for name, value in asdict(queue.stats(db)).items():
-            values[name][queue.name.prefix] = value
+        stats = queue.stats(db)
+        for name in METRICS:
+            values[name][queue.name.prefix] = getattr(stats, name)
     return values
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from .errors import InvalidArgumentTypeError
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from .flow import RateLimit, check_rate_limit
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
 from .ops.sharded import ShardedOps
@@ -41,6 +42,10 @@ class QueueBase:
         shards_before: Earlier shard counts of the queue (an int or a tuple) whose shards may
             still hold items while the count changes: they are still leased, cleaned and
             counted. Adds follow ``shards``.
+        rate_limit: Lease at most so many items per window across every worker of the queue
+            (:class:`RateLimit`, kept in Redis): declared before this object's first lease,
+            and stored only when no limit was ever set on the queue; ``set_rate_limit``
+            changes it at run time. None (the default) declares none.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -57,6 +62,7 @@ class QueueBase:
         keep_results: float | None = None,
         shards: int = 1,
         shards_before: int | Sequence[int] = (),
+        rate_limit: RateLimit | None = None,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -83,6 +89,12 @@ class QueueBase:
             )
             #: The home shard's keys on a sharded queue (its workers' records live there).
             self.keys = self.ops.keys
+        if rate_limit is not None and isinstance(self.ops, ShardedOps):
+            raise InvalidArgumentError(
+                "rate_limit is not available on a sharded queue (shards > 1): each shard would "
+                "keep its own limit; limit the queue unsharded, or leave rate_limit=None"
+            )
+        self.ops.rate_limit = check_rate_limit(rate_limit)
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
         self._session = uuid.uuid4().hex
@@ -128,6 +140,11 @@ class QueueBase:
     def keep_results(self) -> float | None:
         """How long a completed item's result is kept, in seconds, or None."""
         return self.ops.keep_results_ms / 1000 or None
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The rate limit this queue object declares (the one in force: ``stats()``)."""
+        return self.ops.rate_limit
 
     def __repr__(self) -> str:
         shards = f", shards={self.shards}" if isinstance(self.ops, ShardedOps) else ""

@@ -8,6 +8,7 @@ from enum import IntEnum
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .flow import RateLimit
 from .item import Item
 
 
@@ -21,6 +22,7 @@ class QueueStats:
         expired: Items on the processing list whose lease is gone: awaiting a light clean.
         delayed: Items held back until a due time.
         dead: Items in the dead-letter store.
+        rate_limit: The queue's rate limit as kept in Redis (see ``set_rate_limit``), or None.
     """
 
     queued: int
@@ -28,6 +30,7 @@ class QueueStats:
     expired: int
     delayed: int
     dead: int
+    rate_limit: RateLimit | None = None
 
 
 #: A record's ``size`` when it is not given: the length of its ``data``.

@@ -9,8 +9,10 @@ from datetime import datetime
 
 from . import transport
 from .clients import SyncClient, SyncPipeline
+from .flow import RateLimit
 from .item import Item
 from .ops import PIPELINE_CHUNK, jobs, listing
+from .ops import flow as flow_ops
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops import sharded as sharded_ops
@@ -930,6 +932,27 @@ class WorkQueue(QueueBase):
         stuck shard (see :doc:`sharding`).
         """
         return run(db, sharded_ops.shard_stats(self.ops))
+
+    # Flow control -----------------------------------------------------------------------------
+
+    def set_rate_limit(self, db: SyncClient, limit: RateLimit | None) -> None:
+        """Set the queue's rate limit for every worker of the fleet, or remove it.
+
+        The limit is kept in Redis (``<prefix>:rate``) and every lease of this library checks
+        it, from its next call: at most ``limit.count`` items per ``limit.per_secs`` seconds
+        (``limit.burst`` at once). A blocking lease refused by it sleeps until its turn. Other
+        clients of the design do not read it.
+
+        Args:
+            db: The Redis client.
+            limit: The new limit, or None for none (a queue object's declared ``rate_limit``
+                is then not stored again either).
+
+        Raises:
+            InvalidArgumentError: ``limit`` is not a :class:`RateLimit` or None.
+            WrongKeyTypeError: ``<prefix>:rate`` holds the wrong Redis type.
+        """
+        run(db, flow_ops.set_rate_limit(self.ops, limit))
 
 
 def lease_from(

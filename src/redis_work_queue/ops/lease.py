@@ -14,6 +14,11 @@ item, so a worker that dies while waiting loses nothing. A delayed item that fal
 the others also wakes a waiting worker (see ``schedule`` in ``lua/include/delay.lua``), which
 then waits for the new due time. Each wait is followed by another look. Once items come, the
 rest of the count is taken without waiting.
+
+A queue's rate limit (``lua/include/rate.lua``, :mod:`.flow`) may hold items back: the look
+then replies :data:`RATE_WAIT` minus the ms until the caller's turn, and a blocking lease sleeps
+exactly that long (within its timeout) before it looks again; one that does not block finds
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from ..errors import InvalidArgumentError
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..validation import check_item, decode, new_token, to_ms
+from .flow import declare_rates
 from .registry import builds, operation
 
 if TYPE_CHECKING:
@@ -41,6 +47,9 @@ logger = logging.getLogger("redis_work_queue")
 #: The lease script's reply when it spent its budget without handing anything out: call again
 #: (``CALL_AGAIN`` in lua/lease.lua).
 CALL_AGAIN = -2
+#: The lease script's reply to a caller a rate limit refused is this minus the ms until its turn
+#: (``RATE_WAIT`` in lua/lease.lua).
+RATE_WAIT = -3
 #: Ids a lease call may drop or bury before handing control back (and due delayed items it
 #: promotes per queue); passed to the lease script as its budget.
 LEASE_BUDGET = 100
@@ -281,6 +290,7 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
         (queue index, item) pairs, in the order handed out; empty when nothing came in time.
     """
     plan = plan_of(queues)
+    yield from declare_rates(plan.queues)
     waiter = _Waiter(request) if request.block else None
     while True:
         token = new_token()
@@ -292,6 +302,9 @@ def lease_items(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[list
         else:
             if waiter is None or this_round is None or this_round.left <= MIN_WAIT_SECS:
                 return []
+            if look <= RATE_WAIT:  # the caller's turn comes in RATE_WAIT - look ms
+                yield Sleep(min((RATE_WAIT - look) / 1000, this_round.left))
+                continue
             claimed = yield from _wait(plan, request, token, waiter, this_round, look)
             if claimed is None:
                 continue
@@ -316,6 +329,7 @@ def complete_and_lease(
         Whether this call completed the item, and the (queue index, item) pairs leased.
     """
     plan = plan_of(queues)
+    yield from declare_rates(plan.queues)
     token = new_token()
     done, reply = yield plan.lease(request, token, request.chunk, finish=(index, item_id))
     if reply == CALL_AGAIN:
@@ -338,7 +352,7 @@ def _take_now(
 
     Returns:
         The reply that handed items out; or, when there are none, the ms until the next delayed
-        item is due (-1 when none is).
+        item is due (-1 when none is), or RATE_WAIT minus the ms until a rate limit's turn.
     """
     register_ms = this_round.register_ms if this_round is not None else 0
     while True:
@@ -351,9 +365,10 @@ def _take_now(
         if reply != CALL_AGAIN:
             break
     if waiter is not None and register_ms > 0 and not isinstance(reply, list):
-        # The script registers a caller of one queue only when a delayed item is there (the
-        # reply is then its due time); a caller of several queues always.
-        waiter.registered = len(plan.queues) > 1 or int(reply) >= 0
+        # A caller a rate limit refused is not registered (a registered one has left); the
+        # script registers a caller of one queue only when a delayed item is there (the reply
+        # is then its due time), a caller of several queues always.
+        waiter.registered = int(reply) >= 0 or (len(plan.queues) > 1 and reply > RATE_WAIT)
     return reply if isinstance(reply, list) else int(reply)
 
 
@@ -426,7 +441,7 @@ def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int,
 
 @operation(
     functions=(("lease_from", "alease_from"),),
-    scripts=("lease", "claim"),
+    scripts=("lease", "claim", "set_rate"),
     commands=("BRPOPLPUSH", "BLPOP"),
     writes=True,
     docs="queue.md#the-api",
@@ -485,7 +500,7 @@ def lease_from(
 
 @operation(
     functions=(("complete_and_lease_from", "acomplete_and_lease_from"),),
-    scripts=("lease", "complete"),
+    scripts=("lease", "complete", "set_rate"),
     writes=True,
     docs="queue.md#the-api",
 )

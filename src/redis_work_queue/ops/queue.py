@@ -20,6 +20,7 @@ from ..errors import (
     OutcomeUnknownError,
     ReplicationError,
 )
+from ..flow import RateLimit, parse_rate
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..results import (
@@ -311,6 +312,10 @@ class QueueOps:
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.
         self.clean_state = cleaning.CleanState()
+        #: The rate limit this queue object declares (see ``ops/flow.py``), and whether its
+        #: declaration has been sent.
+        self.rate_limit: RateLimit | None = None
+        self.rate_declared = False
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -431,7 +436,7 @@ class QueueOps:
 
     @operation(
         methods=("lease_many",),
-        scripts=("lease", "claim"),
+        scripts=("lease", "claim", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -455,7 +460,7 @@ class QueueOps:
 
     @operation(
         methods=("lease",),
-        scripts=("lease", "claim"),
+        scripts=("lease", "claim", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -674,8 +679,8 @@ class QueueOps:
         """The queue's counts; the processing list is checked in chunks."""
         start = live = examined = gone = 0
         while True:
-            reply: list[int] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
-            queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply)
+            reply: list[Any] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
+            queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply[:7])
             examined += seen
             live += alive
             gone += done  # entries of completed items, awaiting a light clean
@@ -689,6 +694,7 @@ class QueueOps:
             expired=max(processing - leased - gone, 0),
             delayed=delayed,
             dead=dead,
+            rate_limit=parse_rate(reply[7]),
         )
 
     @operation(methods=("counts",), commands=("HGETALL",), docs=API)
@@ -856,7 +862,7 @@ register(
     Operation(
         "leased",
         methods=("leased",),
-        scripts=("lease", "claim", "complete", "release"),
+        scripts=("lease", "claim", "complete", "release", "set_rate"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
