@@ -9,6 +9,7 @@ The queue suites of ``test_add``, ``test_lease``, ``test_complete``, ``test_dela
 from __future__ import annotations
 
 import contextvars
+import json
 import statistics
 import threading
 import time
@@ -31,6 +32,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.calls import Pipelined
 from redis_work_queue.ops.sharded import STICK, shard_index, shard_prefix
+from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("jobs")
 QUEUE_OPTIONS = {"shards": 4, "max_deliveries": 1}
@@ -292,3 +294,19 @@ def test_order_across_shards_is_fifo_within_a_bound(bytes_db: redis.Redis) -> No
         print(f"\n{workers} worker(s), {shards} shards: items added before a leased one and "
               f"still waiting: max {worst}, p99 {p99}")  # fmt: skip
         assert worst <= shards * STICK * (1 if workers == 1 else 3), worst
+
+
+def test_rwq_works_on_a_sharded_queue(real_db: redis.Redis, redis_url: str) -> None:
+    """``rwq --shards N`` sees the logical queue: info sums the shards, cleans reach each."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(real_db, items(10))
+    queue.lease_many(real_db, 0.01, 3, block=False)
+    time.sleep(0.05)
+    out = rwq("--url", redis_url, "--shards", "4", "--json", "info", "jobs")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["jobs"]["queued"] == 7
+    out = rwq("--url", redis_url, "--shards", "4", "--json", "light-clean", "jobs")
+    assert out.returncode == 0, out.stderr
+    assert queue.stats(real_db).queued == 10
+    missing = rwq("--url", redis_url, "info", "jobs")
+    assert "no keys" not in missing.stderr  # the home shard's keys are found
