@@ -29,6 +29,7 @@ The queue's own records of its workers (heartbeats, durations, the light-clean t
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -40,7 +41,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
 from ..item import Item
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..results import (
@@ -69,6 +70,8 @@ SHARD_WAIT_SLICE = 0.5
 MAX_SHARDS = 1024
 
 T = TypeVar("T")
+
+logger = logging.getLogger("redis_work_queue")
 
 
 def shard_index(item_id: str, shards: int) -> int:
@@ -689,7 +692,14 @@ def lease_shards(
         return [(first, item) for _, item in found]
     together = bool((yield Ask("together", tuple(k for q in order for k in q.slot_keys))))
     wanted = _nonblocking(request, request.count - len(got))
-    got += yield from _look(rest, wanted, together, errors)
+    try:
+        got += yield from _look(rest, wanted, together, errors)
+    except WorkQueueError as err:
+        if not got:
+            raise
+        # Hand out what was leased (each shard's call is atomic); the failing shard raises
+        # again at the next lease that reaches it.
+        logger.warning("a shard of the queue failed after a lease from another: %s", err)
     if got or not request.block:
         return _or_raise(got, errors)
     return (yield from _block(order, request, together))
