@@ -154,6 +154,23 @@ def test_metrics_are_merged(db: redis.Redis, queue: WorkQueue) -> None:
     assert (found.stats.queued, found.stats.leased, found.counts.added) == (7, 3, 10)
 
 
+def test_metrics_export_a_per_shard_view(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_items(db, items(10))
+    text = metrics.render(db, [queue])
+    found = {
+        line[len("rwq_shard_items{") : line.rindex("}")]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rwq_shard_items{")
+    }
+    queued = {k: v for k, v in found.items() if 'state="queued"' in k}
+    assert len(queued) == 4 and sum(queued.values()) == 10
+    assert 'queue="jobs",shard="{jobs:0}",state="queued"' in queued
+    assert 'rwq_queued{queue="jobs"} 10' in text
+    plain = WorkQueue(KeyPrefix("plain"))
+    plain.add_item(db, Item(b"x"))
+    assert "rwq_shard_items" not in metrics.render(db, [plain])
+
+
 def test_unsharded_queue_has_one_shard_row(db: redis.Redis) -> None:
     queue = WorkQueue(KeyPrefix("plain"))
     queue.add_item(db, Item(b"x"))
