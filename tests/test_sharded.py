@@ -29,6 +29,7 @@ from redis_work_queue import (
     complete_and_lease_from,
     lease_from,
     metrics,
+    transport,
 )
 from redis_work_queue.calls import Pipelined
 from redis_work_queue.ops.sharded import STICK, shard_index, shard_prefix
@@ -327,3 +328,27 @@ def test_rwq_works_on_a_sharded_queue(real_db: redis.Redis, redis_url: str) -> N
     assert queue.stats(real_db).queued == 10
     missing = rwq("--url", redis_url, "info", "jobs")
     assert "no keys" not in missing.stderr  # the home shard's keys are found
+
+
+def test_light_clean_steps_of_every_shard_go_together(
+    bytes_db: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A light clean runs the shards side by side: each round's script calls are sent as one
+    pipeline (one round trip; one per node on a cluster)."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(bytes_db, items(40))
+    queue.lease_many(bytes_db, 0.01, 40, block=False)
+    time.sleep(0.05)
+    sent: list[Any] = []
+    real = transport.execute
+
+    def recording(db: Any, call: Any) -> Any:
+        sent.append(call)
+        return real(db, call)
+
+    monkeypatch.setattr(transport, "execute", recording)
+    report = queue.light_clean(bytes_db)
+    assert report.requeued == 40 and queue.stats(bytes_db).queued == 40
+    batches = [c for c in sent if isinstance(c, Pipelined)]
+    assert batches and all(len(b.calls) == 4 for b in batches)
+    assert {c.script.name for c in batches[0].calls} == {"light_clean"}

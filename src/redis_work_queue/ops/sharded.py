@@ -29,6 +29,7 @@ The queue's own records of its workers (heartbeats, durations, the light-clean t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -438,10 +439,8 @@ class ShardedOps(QueueOps):
     # Cleaning ---------------------------------------------------------------------------------
 
     def light_clean(self) -> Steps[CleanReport]:
-        """One light clean of every shard; the reports summed."""
-        reports = []
-        for shard in self.shard_ops:
-            reports.append((yield from shard.light_clean()))
+        """One light clean of every shard, their steps sent together; the reports summed."""
+        reports = yield from gather([shard.light_clean() for shard in self.shard_ops])
         return _sum(reports)
 
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
@@ -597,6 +596,59 @@ class ShardedOps(QueueOps):
         for shard in self.shard_ops:
             total += int((yield Command((kind, getattr(shard.keys, attribute)))))
         return total
+
+
+def gather(operations: Sequence[Steps[T]]) -> Steps[list[T]]:
+    """Run operations side by side: each round, their pending script calls go together.
+
+    Every round takes the next call of each operation still running; the script calls (that
+    wait for no replica) are sent as one :class:`Pipelined` (one round trip; one pipeline per
+    node on Redis Cluster), any other call on its own. An error of the round is raised in the
+    first operation of the batch and the others are closed (each step is atomic: what ran,
+    ran).
+
+    Returns:
+        Each operation's result, in order.
+    """
+    results: list[Any] = [None] * len(operations)
+    pending: dict[int, Any] = {}
+    for index, steps in enumerate(operations):
+        try:
+            pending[index] = next(steps)
+        except StopIteration as done:
+            results[index] = done.value
+    try:
+        while pending:
+            batch = [i for i, c in pending.items() if isinstance(c, ScriptCall) and c.wait is None]
+            replies: dict[int, Any] = {}
+            if len(batch) > 1:
+                calls = tuple(pending[i] for i in batch)
+                try:
+                    replies = dict(zip(batch, (yield Pipelined(calls)), strict=True))
+                except Exception as err:  # handed to each operation of the batch, then raised
+                    for index in batch:
+                        with contextlib.suppress(Exception):
+                            operations[index].throw(err)
+                        del pending[index]
+                    raise
+            for index in list(pending):
+                try:
+                    if index in replies:
+                        pending[index] = operations[index].send(replies[index])
+                        continue
+                    try:
+                        reply = yield pending[index]
+                    except Exception as err:  # the operation cleans up, or not, and raises
+                        pending[index] = operations[index].throw(err)
+                        continue
+                    pending[index] = operations[index].send(reply)
+                except StopIteration as done:
+                    results[index] = done.value
+                    del pending[index]
+    finally:
+        for index in pending:
+            operations[index].close()
+    return results
 
 
 def _chunks_of(positions: list[int], items: Sequence[Item]) -> list[list[int]]:
