@@ -352,3 +352,18 @@ def test_light_clean_steps_of_every_shard_go_together(
     batches = [c for c in sent if isinstance(c, Pipelined)]
     assert batches and all(len(b.calls) == 4 for b in batches)
     assert {c.script.name for c in batches[0].calls} == {"light_clean"}
+
+
+def test_deep_clean_finds_lost_items_on_every_shard(db: redis.Redis) -> None:
+    """Items lost from both lists on several shards are found by one deep clean."""
+    queue = WorkQueue(QUEUE, shards=4)
+    lost = items(12, "lost")
+    for item in lost:
+        db.set(f"{{jobs:{shard_index(item.id(), 4)}}}:item:{item.id()}", item.data())
+    queue.add_items(db, items(8))
+    seen: list[Any] = []
+    report = queue.deep_clean(db, seen.append)
+    assert (report.examined, report.requeued) == (20, 12)
+    assert queue.stats(db).queued == 20
+    assert seen and seen[-1].phase == "done"
+    assert queue.deep_clean(db).requeued == 0

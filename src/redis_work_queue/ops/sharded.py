@@ -444,10 +444,11 @@ class ShardedOps(QueueOps):
         return _sum(reports)
 
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
-        """A deep clean of every shard in turn; the reports summed."""
-        reports = []
-        for shard in self.shard_ops:
-            reports.append((yield from shard.deep_clean(progress)))
+        """A deep clean of every shard, side by side (as :meth:`light_clean`); reports summed.
+
+        ``progress`` hears of each shard's progress as that shard reports it.
+        """
+        reports = yield from gather([shard.deep_clean(progress) for shard in self.shard_ops])
         return _sum(reports)
 
     # Inspection -------------------------------------------------------------------------------
