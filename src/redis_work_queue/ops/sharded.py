@@ -59,7 +59,7 @@ from ..results import (
 from ..validation import check_item, check_item_id, check_page, check_preview, to_ms
 from . import lease as lease_ops
 from .lease import LeaseRequest, lease_items
-from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps
+from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps, add_call, complete_call
 from .registry import operation
 
 #: How many leases in a row a caller takes from one shard before it moves on to the next one.
@@ -311,6 +311,13 @@ class ShardedOps(QueueOps):
     ) -> Steps[bool]:
         """Add one item, on its shard; True when it was added."""
         item = check_item(item)
+        common = delay is None and ttl is None and replicas is None and not self.replicas
+        if common and (skip_check or not self.shards_before):
+            # The common case, kept as short as an unsharded queue's: it is a hot path.
+            item_id = item.id()
+            keys = self.shard_for(item_id).keys
+            flag = "1" if skip_check else "0"
+            return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
         if not skip_check and self.shards_before:
             self.checked_add([], skip_check, delay, ttl)
             if (yield from self._exists_elsewhere(item.id())):
@@ -431,6 +438,9 @@ class ShardedOps(QueueOps):
 
     def complete_one(self, item: Item, replicas: int | None = None) -> Steps[bool]:
         """Complete one item, on its shard; True for the one call that removed it."""
+        if replicas is None and not self.replicas and not self.shards_before:
+            item_id = check_item(item).id()  # the common case, short: a hot path
+            return bool((yield complete_call(self.shard_for(item_id).keys, item_id))[0])
         self._wait(replicas)
         return (
             yield from self._by_candidates(item, lambda s: s.complete_one(item, replicas), bool)
