@@ -34,6 +34,7 @@ class QueueMetrics:
             or that id holds no time).
         delayed_overdue: Seconds since the earliest delayed item fell due (0 when none is).
         workers: Live workers.
+        shards: A sharded queue's shards' own metrics (the per-shard view).
     """
 
     queue: str
@@ -44,6 +45,8 @@ class QueueMetrics:
     oldest_waiting: float | None = None
     delayed_overdue: float = 0.0
     workers: int = 0
+    #: A sharded queue's shards, each with its own metrics (empty for an unsharded queue).
+    shards: tuple[QueueMetrics, ...] = ()
 
     @property
     def work(self) -> int:
@@ -145,4 +148,5 @@ def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
         oldest_waiting=max(ages) if ages else None,
         delayed_overdue=max(p.delayed_overdue for p in parts),
         workers=sum(p.workers for p in parts),
+        shards=tuple(parts),
     )
