@@ -159,6 +159,8 @@ def families(found: Sequence[QueueMetrics] | None) -> list[Family]:
     for m in found:
         for shard in m.shards:
             for state, value in asdict(shard.stats).items():
+                if not isinstance(value, int):
+                    continue  # the rate limit is not a count of items
                 labels = {"queue": m.queue, "shard": shard.queue, "state": state}
                 shards.samples.append(("", labels, float(value)))
     if shards.samples:

@@ -10,7 +10,7 @@ from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..durations import BOUNDS, OUTCOMES, bucket_field, sum_field
 from ..keyprefix import QueueKeys
-from ..results import QueueCounts, QueueStats
+from ..results import QueueCounts, QueueStats, sum_fields
 from ..validation import decode
 from .queue import QueueOps, parse_counts
 from .registry import builds, operation
@@ -124,12 +124,6 @@ def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
 
 def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
     """One queue's metrics from its shards' (counts and histograms summed)."""
-
-    def total(records: list[Any]) -> Any:
-        kind = type(records[0])
-        names = kind.__dataclass_fields__
-        return kind(**{n: sum(getattr(r, n) for r in records) for n in names})
-
     durations: dict[str, tuple[list[int], float]] = {}
     for part in parts:
         for outcome, (counts, seconds) in part.durations.items():
@@ -141,8 +135,8 @@ def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
     ages = [p.oldest_waiting for p in parts if p.oldest_waiting is not None]
     return QueueMetrics(
         queue=queue,
-        stats=total([p.stats for p in parts]),
-        counts=total([p.counts for p in parts]),
+        stats=sum_fields([p.stats for p in parts]),
+        counts=sum_fields([p.counts for p in parts]),
         durations=durations,
         delayed_due=sum(p.delayed_due for p in parts),
         oldest_waiting=max(ages) if ages else None,

@@ -37,7 +37,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ from ..results import (
     QueueStats,
     Released,
     Renewed,
+    sum_fields,
 )
 from ..validation import check_item, check_item_id, check_page, check_preview, to_ms
 from . import lease as lease_ops
@@ -134,11 +135,7 @@ class ShardStats:
     counts: QueueCounts
 
 
-def _sum(records: Sequence[T]) -> T:
-    """The field-by-field sum of records of one dataclass of ints."""
-    kind = type(records[0])
-    names = [f.name for f in fields(kind)]  # type: ignore[arg-type]
-    return kind(**{n: sum(getattr(r, n) for r in records) for n in names})
+_sum = sum_fields
 
 
 def _flags(reply: Any) -> list[int]:
