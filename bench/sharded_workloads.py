@@ -33,8 +33,10 @@ def shards_compare(db: redis.Redis, q: Any, p: Result) -> Result:
         "sharded": rwq.WorkQueue(rwq.KeyPrefix(PREFIX), shards=p["shards"]),
     }
     out: Result = {name: {"value": 0.0, "unit": "ops/s", "rounds": []} for name in queues}
-    for _ in range(p["rounds"]):
-        for name, queue in queues.items():
+    for round_ in range(p["rounds"]):
+        # Each round starts with the other queue: neither always runs first.
+        order = list(queues.items())
+        for name, queue in order if round_ % 2 == 0 else order[::-1]:
             db.flushall()
             q._q = queue  # the adapter's queue: every call of the workload goes to it
             found = body(db, q, {**p, "rounds": 1})

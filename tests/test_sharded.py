@@ -8,6 +8,8 @@ The queue suites of ``test_add``, ``test_lease``, ``test_complete``, ``test_dela
 
 from __future__ import annotations
 
+import contextvars
+import json
 import statistics
 import threading
 import time
@@ -27,9 +29,11 @@ from redis_work_queue import (
     complete_and_lease_from,
     lease_from,
     metrics,
+    transport,
 )
 from redis_work_queue.calls import Pipelined
 from redis_work_queue.ops.sharded import STICK, shard_index, shard_prefix
+from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("jobs")
 QUEUE_OPTIONS = {"shards": 4, "max_deliveries": 1}
@@ -151,6 +155,23 @@ def test_metrics_are_merged(db: redis.Redis, queue: WorkQueue) -> None:
     assert (found.stats.queued, found.stats.leased, found.counts.added) == (7, 3, 10)
 
 
+def test_metrics_export_a_per_shard_view(db: redis.Redis, queue: WorkQueue) -> None:
+    queue.add_items(db, items(10))
+    text = metrics.render(db, [queue])
+    found = {
+        line[len("rwq_shard_items{") : line.rindex("}")]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rwq_shard_items{")
+    }
+    queued = {k: v for k, v in found.items() if 'state="queued"' in k}
+    assert len(queued) == 4 and sum(queued.values()) == 10
+    assert 'queue="jobs",shard="{jobs:0}",state="queued"' in queued
+    assert 'rwq_queued{queue="jobs"} 10' in text
+    plain = WorkQueue(KeyPrefix("plain"))
+    plain.add_item(db, Item(b"x"))
+    assert "rwq_shard_items" not in metrics.render(db, [plain])
+
+
 def test_unsharded_queue_has_one_shard_row(db: redis.Redis) -> None:
     queue = WorkQueue(KeyPrefix("plain"))
     queue.add_item(db, Item(b"x"))
@@ -261,3 +282,88 @@ def test_blocking_lease_wakes_for_any_shard(real_backend: Backend) -> None:
         latencies.append(got["at"] - added)
     p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1]
     assert statistics.median(latencies) < 0.05 and p99 < 0.2, latencies
+
+
+def test_order_across_shards_is_fifo_within_a_bound(bytes_db: redis.Redis) -> None:
+    """How far out of order items are leased: for each lease, how many items added before it
+    are still waiting. FIFO within each shard; across shards, runs of at most STICK per worker
+    keep it within shards x STICK for one worker and a small multiple of it for several,
+    depending on where their runs start (measured: 1 and 4 workers taking turns on 1600 items
+    over 8 shards)."""
+    shards, total = 8, 1600
+    for workers in (1, 4):
+        bytes_db.flushall()
+        queue = WorkQueue(QUEUE, shards=shards)
+        queue.add_items(bytes_db, [Item(b"", id=f"{n:06d}") for n in range(total)])
+        contexts = [contextvars.copy_context() for _ in range(workers)]
+        waiting = set(range(total))
+        skews = []
+        per_shard: dict[int, list[int]] = {}
+        for turn in range(total):
+            item = contexts[turn % workers].run(queue.lease, bytes_db, 30, False)
+            assert item is not None
+            n = int(item.id())
+            skews.append(sum(1 for w in waiting if w < n))
+            waiting.discard(n)
+            per_shard.setdefault(shard_index(item.id(), shards), []).append(n)
+        assert all(seq == sorted(seq) for seq in per_shard.values())  # FIFO per shard
+        skews.sort()
+        worst, p99 = skews[-1], skews[int(len(skews) * 0.99)]
+        print(f"\n{workers} worker(s), {shards} shards: items added before a leased one and "
+              f"still waiting: max {worst}, p99 {p99}")  # fmt: skip
+        assert worst <= shards * STICK * (1 if workers == 1 else 3), worst
+
+
+def test_rwq_works_on_a_sharded_queue(real_db: redis.Redis, redis_url: str) -> None:
+    """``rwq --shards N`` sees the logical queue: info sums the shards, cleans reach each."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(real_db, items(10))
+    queue.lease_many(real_db, 0.01, 3, block=False)
+    time.sleep(0.05)
+    out = rwq("--url", redis_url, "--shards", "4", "--json", "info", "jobs")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["jobs"]["queued"] == 7
+    out = rwq("--url", redis_url, "--shards", "4", "--json", "light-clean", "jobs")
+    assert out.returncode == 0, out.stderr
+    assert queue.stats(real_db).queued == 10
+    missing = rwq("--url", redis_url, "info", "jobs")
+    assert "no keys" not in missing.stderr  # the home shard's keys are found
+
+
+def test_light_clean_steps_of_every_shard_go_together(
+    bytes_db: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A light clean runs the shards side by side: each round's script calls are sent as one
+    pipeline (one round trip; one per node on a cluster)."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(bytes_db, items(40))
+    queue.lease_many(bytes_db, 0.01, 40, block=False)
+    time.sleep(0.05)
+    sent: list[Any] = []
+    real = transport.execute
+
+    def recording(db: Any, call: Any) -> Any:
+        sent.append(call)
+        return real(db, call)
+
+    monkeypatch.setattr(transport, "execute", recording)
+    report = queue.light_clean(bytes_db)
+    assert report.requeued == 40 and queue.stats(bytes_db).queued == 40
+    batches = [c for c in sent if isinstance(c, Pipelined)]
+    assert batches and all(len(b.calls) == 4 for b in batches)
+    assert {c.script.name for c in batches[0].calls} == {"light_clean"}
+
+
+def test_deep_clean_finds_lost_items_on_every_shard(db: redis.Redis) -> None:
+    """Items lost from both lists on several shards are found by one deep clean."""
+    queue = WorkQueue(QUEUE, shards=4)
+    lost = items(12, "lost")
+    for item in lost:
+        db.set(f"{{jobs:{shard_index(item.id(), 4)}}}:item:{item.id()}", item.data())
+    queue.add_items(db, items(8))
+    seen: list[Any] = []
+    report = queue.deep_clean(db, seen.append)
+    assert (report.examined, report.requeued) == (20, 12)
+    assert queue.stats(db).queued == 20
+    assert seen and seen[-1].phase == "done"
+    assert queue.deep_clean(db).requeued == 0

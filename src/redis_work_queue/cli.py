@@ -48,6 +48,7 @@ from .flow import RateLimit
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import schedules as schedule_ops
+from .ops import sharded
 from .results import CleanProgress, CleanReport
 from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
 from .workqueue import WorkQueue
@@ -156,7 +157,12 @@ _WRONGTYPE = re.compile(r"WRONGTYPE (?P<key>.+?) holds an? (?P<found>\w+), not a
 
 
 def _queue(args: argparse.Namespace, name: str) -> WorkQueue:
-    return WorkQueue(KeyPrefix(name), getattr(args, "max_deliveries", None))
+    return WorkQueue(
+        KeyPrefix(name),
+        getattr(args, "max_deliveries", None),
+        shards=getattr(args, "shards", 1) or 1,
+        shards_before=tuple(getattr(args, "shards_before", None) or ()),
+    )
 
 
 def wrong_keys(db: Any, name: str) -> list[tuple[str, str, str]]:
@@ -198,7 +204,12 @@ def _wrong_type_message(db: Any, err: BaseException, queues: Sequence[str]) -> s
 
 
 def _exists(db: Any, name: str) -> bool:
-    return bool(db.exists(*QueueKeys(KeyPrefix(name)).fixed()))
+    if db.exists(*QueueKeys(KeyPrefix(name)).fixed()):
+        return True
+    if "{" in name or "}" in name:
+        return False
+    # A sharded queue: its home shard's keys.
+    return bool(db.exists(*QueueKeys(KeyPrefix(sharded.shard_prefix(name, 0))).fixed()))
 
 
 def _warn_missing(db: Any, names: Sequence[str]) -> None:
@@ -701,6 +712,21 @@ def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
         default=default(DEFAULT_TIMEOUT),
         metavar="SECS",
         help=f"connect and reply timeout in seconds (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--shards",
+        type=int,
+        default=default(1),
+        metavar="N",
+        help="the queues are sharded over N shards (as the workers' shards=N; see sharding.md)",
+    )
+    group.add_argument(
+        "--shards-before",
+        type=int,
+        action="append",
+        default=default(None),
+        metavar="N",
+        help="an earlier shard count whose shards may still hold items (repeatable)",
     )
     group.add_argument(
         "--json",

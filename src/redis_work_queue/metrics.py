@@ -81,6 +81,8 @@ COUNTERS = {
 assert [f"items_{f.name}" for f in fields(QueueCounts)] == list(COUNTERS)
 HISTOGRAM = "job_duration_seconds"
 HISTOGRAM_HELP = "Handler durations measured by the workers, by outcome."
+SHARD_ITEMS = "shard_items"
+SHARD_ITEMS_HELP = "A sharded queue's items by shard and state (stats() of each shard)."
 UP = "up"
 UP_HELP = "1 when Redis answered the last scrape, else 0."
 
@@ -153,6 +155,16 @@ def families(found: Sequence[QueueMetrics] | None) -> list[Family]:
             hist.samples.append(("_count", labels, float(running)))
             hist.samples.append(("_sum", labels, total))
     out.append(hist)
+    shards = Family(SHARD_ITEMS, "gauge", SHARD_ITEMS_HELP)
+    for m in found:
+        for shard in m.shards:
+            for state, value in asdict(shard.stats).items():
+                if not isinstance(value, int):
+                    continue  # the rate limit is not a count of items
+                labels = {"queue": m.queue, "shard": shard.queue, "state": state}
+                shards.samples.append(("", labels, float(value)))
+    if shards.samples:
+        out.append(shards)
     out.append(up)
     return out
 

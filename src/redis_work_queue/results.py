@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import InvalidArgumentError
 from .flow import RateLimit
 from .item import Item
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -320,3 +322,22 @@ class WorkerInfo:
             "lost": self.lost,
             "unreadable": list(self.unreadable),
         }
+
+
+def sum_fields(records: Sequence[R]) -> R:
+    """The field-by-field sum of records of one dataclass.
+
+    For a sharded queue's stats or counts from its shards'; a field that is not a number (the
+    rate limit of stats) is the first record's, the home shard's.
+    """
+    kind = type(records[0])
+    first = records[0]
+    summed = {
+        f.name: (
+            sum(getattr(r, f.name) for r in records)
+            if isinstance(getattr(first, f.name), int)
+            else getattr(first, f.name)
+        )
+        for f in fields(kind)  # type: ignore[arg-type]
+    }
+    return kind(**summed)

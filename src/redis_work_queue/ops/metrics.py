@@ -10,7 +10,7 @@ from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..durations import BOUNDS, OUTCOMES, bucket_field, sum_field
 from ..keyprefix import QueueKeys
-from ..results import QueueCounts, QueueStats
+from ..results import QueueCounts, QueueStats, sum_fields
 from ..validation import decode
 from .queue import QueueOps, parse_counts
 from .registry import builds, operation
@@ -34,6 +34,7 @@ class QueueMetrics:
             or that id holds no time).
         delayed_overdue: Seconds since the earliest delayed item fell due (0 when none is).
         workers: Live workers.
+        shards: A sharded queue's shards' own metrics (the per-shard view).
     """
 
     queue: str
@@ -44,6 +45,8 @@ class QueueMetrics:
     oldest_waiting: float | None = None
     delayed_overdue: float = 0.0
     workers: int = 0
+    #: A sharded queue's shards, each with its own metrics (empty for an unsharded queue).
+    shards: tuple[QueueMetrics, ...] = ()
 
     @property
     def work(self) -> int:
@@ -121,12 +124,6 @@ def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
 
 def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
     """One queue's metrics from its shards' (counts and histograms summed)."""
-
-    def total(records: list[Any]) -> Any:
-        kind = type(records[0])
-        names = kind.__dataclass_fields__
-        return kind(**{n: sum(getattr(r, n) for r in records) for n in names})
-
     durations: dict[str, tuple[list[int], float]] = {}
     for part in parts:
         for outcome, (counts, seconds) in part.durations.items():
@@ -138,11 +135,12 @@ def merge(queue: str, parts: list[QueueMetrics]) -> QueueMetrics:
     ages = [p.oldest_waiting for p in parts if p.oldest_waiting is not None]
     return QueueMetrics(
         queue=queue,
-        stats=total([p.stats for p in parts]),
-        counts=total([p.counts for p in parts]),
+        stats=sum_fields([p.stats for p in parts]),
+        counts=sum_fields([p.counts for p in parts]),
         durations=durations,
         delayed_due=sum(p.delayed_due for p in parts),
         oldest_waiting=max(ages) if ages else None,
         delayed_overdue=max(p.delayed_overdue for p in parts),
         workers=sum(p.workers for p in parts),
+        shards=tuple(parts),
     )

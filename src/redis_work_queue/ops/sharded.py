@@ -29,18 +29,20 @@ The queue's own records of its workers (heartbeats, durations, the light-clean t
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import random
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
 from ..item import Item
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..results import (
@@ -54,12 +56,13 @@ from ..results import (
     QueueStats,
     Released,
     Renewed,
+    sum_fields,
 )
 from ..retryable import transient
 from ..validation import check_item, check_item_id, check_page, check_preview, to_ms
 from . import lease as lease_ops
 from .lease import LeaseRequest, lease_items
-from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps
+from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps, add_call, complete_call
 from .registry import operation
 
 #: How many leases in a row a caller takes from one shard before it moves on to the next one.
@@ -71,6 +74,8 @@ SHARD_WAIT_SLICE = 0.5
 MAX_SHARDS = 1024
 
 T = TypeVar("T")
+
+logger = logging.getLogger("redis_work_queue")
 
 
 def shard_index(item_id: str, shards: int) -> int:
@@ -131,11 +136,7 @@ class ShardStats:
     counts: QueueCounts
 
 
-def _sum(records: Sequence[T]) -> T:
-    """The field-by-field sum of records of one dataclass of ints."""
-    kind = type(records[0])
-    names = [f.name for f in fields(kind)]  # type: ignore[arg-type]
-    return kind(**{n: sum(getattr(r, n) for r in records) for n in names})
+_sum = sum_fields
 
 
 def _flags(reply: Any) -> list[int]:
@@ -311,6 +312,13 @@ class ShardedOps(QueueOps):
     ) -> Steps[bool]:
         """Add one item, on its shard; True when it was added."""
         item = check_item(item)
+        common = delay is None and ttl is None and replicas is None and not self.replicas
+        if common and (skip_check or not self.shards_before):
+            # The common case, kept as short as an unsharded queue's: it is a hot path.
+            item_id = item.id()
+            keys = self.shard_for(item_id).keys
+            flag = "1" if skip_check else "0"
+            return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
         if not skip_check and self.shards_before:
             self.checked_add([], skip_check, delay, ttl)
             if (yield from self._exists_elsewhere(item.id())):
@@ -437,6 +445,9 @@ class ShardedOps(QueueOps):
         self, item: Item, replicas: int | None = None, result: bytes | str | None = None
     ) -> Steps[bool]:
         """Complete one item, on its shard; True for the one call that removed it."""
+        if replicas is None and not self.replicas and not self.shards_before:
+            item_id = check_item(item).id()  # the common case, short: a hot path
+            return bool((yield complete_call(self.shard_for(item_id).keys, item_id))[0])
         self._wait(replicas)
         return (
             yield from self._by_candidates(
@@ -447,17 +458,16 @@ class ShardedOps(QueueOps):
     # Cleaning ---------------------------------------------------------------------------------
 
     def light_clean(self) -> Steps[CleanReport]:
-        """One light clean of every shard; the reports summed."""
-        reports = []
-        for shard in self.shard_ops:
-            reports.append((yield from shard.light_clean()))
+        """One light clean of every shard, their steps sent together; the reports summed."""
+        reports = yield from gather([shard.light_clean() for shard in self.shard_ops])
         return _sum(reports)
 
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
-        """A deep clean of every shard in turn; the reports summed."""
-        reports = []
-        for shard in self.shard_ops:
-            reports.append((yield from shard.deep_clean(progress)))
+        """A deep clean of every shard, side by side (as :meth:`light_clean`); reports summed.
+
+        ``progress`` hears of each shard's progress as that shard reports it.
+        """
+        reports = yield from gather([shard.deep_clean(progress) for shard in self.shard_ops])
         return _sum(reports)
 
     # Inspection -------------------------------------------------------------------------------
@@ -608,6 +618,59 @@ class ShardedOps(QueueOps):
         return total
 
 
+def gather(operations: Sequence[Steps[T]]) -> Steps[list[T]]:
+    """Run operations side by side: each round, their pending script calls go together.
+
+    Every round takes the next call of each operation still running; the script calls (that
+    wait for no replica) are sent as one :class:`Pipelined` (one round trip; one pipeline per
+    node on Redis Cluster), any other call on its own. An error of the round is raised in the
+    first operation of the batch and the others are closed (each step is atomic: what ran,
+    ran).
+
+    Returns:
+        Each operation's result, in order.
+    """
+    results: list[Any] = [None] * len(operations)
+    pending: dict[int, Any] = {}
+    for index, steps in enumerate(operations):
+        try:
+            pending[index] = next(steps)
+        except StopIteration as done:
+            results[index] = done.value
+    try:
+        while pending:
+            batch = [i for i, c in pending.items() if isinstance(c, ScriptCall) and c.wait is None]
+            replies: dict[int, Any] = {}
+            if len(batch) > 1:
+                calls = tuple(pending[i] for i in batch)
+                try:
+                    replies = dict(zip(batch, (yield Pipelined(calls)), strict=True))
+                except Exception as err:  # handed to each operation of the batch, then raised
+                    for index in batch:
+                        with contextlib.suppress(Exception):
+                            operations[index].throw(err)
+                        del pending[index]
+                    raise
+            for index in list(pending):
+                try:
+                    if index in replies:
+                        pending[index] = operations[index].send(replies[index])
+                        continue
+                    try:
+                        reply = yield pending[index]
+                    except Exception as err:  # the operation cleans up, or not, and raises
+                        pending[index] = operations[index].throw(err)
+                        continue
+                    pending[index] = operations[index].send(reply)
+                except StopIteration as done:
+                    results[index] = done.value
+                    del pending[index]
+    finally:
+        for index in pending:
+            operations[index].close()
+    return results
+
+
 def _chunks_of(positions: list[int], items: Sequence[Item]) -> list[list[int]]:
     """``positions`` cut into add chunks (at most ADD_CHUNK items or ADD_CHUNK_BYTES of data)."""
     chunks: list[list[int]] = []
@@ -699,7 +762,14 @@ def lease_shards(
         return [(first, item) for _, item in found]
     together = bool((yield Ask("together", tuple(k for q in order for k in q.slot_keys))))
     wanted = _nonblocking(request, request.count - len(got))
-    got += yield from _look(rest, wanted, together, errors)
+    try:
+        got += yield from _look(rest, wanted, together, errors)
+    except WorkQueueError as err:
+        if not got:
+            raise
+        # Hand out what was leased (each shard's call is atomic); the failing shard raises
+        # again at the next lease that reaches it.
+        logger.warning("a shard of the queue failed after a lease from another: %s", err)
     if got or not request.block:
         return _or_raise(got, errors)
     return (yield from _block(order, request, together))
