@@ -13,7 +13,7 @@ import redis
 
 from helpers import b, dump_state, keys_left, lrange, wait_for
 from plugins.backends import Backend
-from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts
+from redis_work_queue import CleanReport, Item, KeyPrefix, WorkQueue, scripts, transport
 from redis_work_queue.ops import cleaning
 from redis_work_queue.ops.cleaning import CLEAN_FIRST
 
@@ -183,7 +183,11 @@ def test_glob_characters_in_prefix_never_touch_other_queues(
 def _before_script(
     db: redis.Redis, monkeypatch: pytest.MonkeyPatch, name: str, action: Any
 ) -> list[int]:
-    """Run ``action()`` just before the deep clean's first call of script ``name``."""
+    """Run ``action()`` just before the deep clean's first call of script ``name``.
+
+    The calls go as scripts (EVALSHA), so that the spy can tell which script a call runs.
+    """
+    transport.use_functions(db, "never")
     script = scripts.load(name)
     original = db.execute_command
     fired: list[int] = []
@@ -280,6 +284,7 @@ def test_held_item_dropped_by_a_worker_is_requeued_once(
     taken: list[Any] = []
     original = db.execute_command
     walk = scripts.load("deep_clean_walk")
+    transport.use_functions(db, "never")  # calls as EVALSHA, which the spy tells apart
 
     def spy(*args: Any, **options: Any) -> Any:
         is_walk = args[0] in ("EVALSHA", b"EVALSHA") and args[1] in (walk.sha, walk.sha.encode())
@@ -361,6 +366,7 @@ def test_holds_of_a_crashed_deep_clean_lapse(
     monkeypatch.setattr(cleaning, "HOLD_MS", 300)
 
     hold = scripts.load("deep_clean_hold")
+    transport.use_functions(db, "never")  # calls as EVALSHA, which the spy tells apart
     original = db.execute_command
 
     def spy(*args: Any, **options: Any) -> Any:
