@@ -94,7 +94,7 @@ def test_script_instructions_are_counted_under_callgrind() -> None:
     for op, (ours, least, ratio, *_) in rows.items():
         assert ours > least > 0, (op, done.stdout)
         assert ratio == pytest.approx(ours / least, abs=0.01), (op, done.stdout)
-    assert "server instructions per call (callgrind, inside EVALSHA)" in done.stdout
+    assert "server instructions per call (callgrind, inside EVALSHA/FCALL)" in done.stdout
 
 
 def test_wire_bench_measures_every_row() -> None:
