@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -622,9 +623,13 @@ def test_idle_rwq_worker_waits_out_oom(
 
 
 def one_line_error(command: WorkerCommand) -> str:
-    """The command's stderr is one line, without a traceback; return it."""
+    """The command's error is one line on stderr, without a traceback; return it.
+
+    The worker's log lines (timestamped: its start line, its stop line) are not errors.
+    """
     text = command.stderr()
-    lines = [line for line in text.splitlines() if line.strip()]
+    logged = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+    lines = [line for line in text.splitlines() if line.strip() and not logged.match(line)]
     assert "Traceback" not in text, text
     assert len(lines) == 1, text
     return lines[0]
