@@ -661,7 +661,8 @@ def test_rwq_worker_fatal_error_exits_1_with_one_line(server: Proc) -> None:
     db.set(f"{P}:queue", "not a list")
     result = rwq(server.url, "worker", "runner_handlers:record", P)
     assert result.returncode == 1
-    [line] = result.stderr.strip().splitlines()
+    # One error line; the others are the worker's timestamped start and stop log lines.
+    [line] = [x for x in result.stderr.strip().splitlines() if not x[:4].isdigit()]
     assert line.startswith("rwq: the worker stopped on WrongKeyTypeError")
 
 
