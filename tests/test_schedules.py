@@ -536,9 +536,9 @@ def test_a_due_schedule_on_a_server_out_of_memory_changes_nothing(full_db: redis
 def test_a_turn_calls_again_while_the_limit_was_due(db: redis.Redis) -> None:
     queue = WorkQueue(QUEUE)
     now = server_ms(db)
-    for k in range(60):
-        queue.schedule(db, f"s{k}", every=60)
-        set_due(db, queue, f"s{k}", now - now % 60_000)
+    for k in range(60):  # hourly: the next due time cannot come while the test runs
+        queue.schedule(db, f"s{k}", every=3600)
+        set_due(db, queue, f"s{k}", now - now % 3_600_000)
     assert len(queue.run_schedules(db)) == ops.DUE_LIMIT  # one call: the limit
     assert len(queue.run_schedules(db, limit=3)) == 3
     added = run(db, ops.turn_steps(queue.keys))  # a turn: calls again while the limit was due
