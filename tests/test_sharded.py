@@ -367,3 +367,27 @@ def test_deep_clean_finds_lost_items_on_every_shard(db: redis.Redis) -> None:
     assert queue.stats(db).queued == 20
     assert seen and seen[-1].phase == "done"
     assert queue.deep_clean(db).requeued == 0
+
+
+def test_job_control_finds_each_id_on_its_shard(db: redis.Redis, queue: WorkQueue) -> None:
+    """state, states, cancel, promote, retry and reschedule act on the id's own shard."""
+    batch = items(12)
+    queue.add_items(db, batch)
+    queue.add_item(db, Item(b"later", id="later"), delay=60)
+    ids = [i.id() for i in batch]
+    assert {queue.state(db, i).state for i in ids} == {"queued"}
+    assert [s.state for s in queue.states(db, [*ids[:3], "later", "nothing"])] == [
+        *["queued"] * 3,
+        "delayed",
+        "gone",
+    ]
+    assert queue.cancel(db, ids[0]) and queue.state(db, ids[0]).state == "gone"
+    assert queue.reschedule(db, "later", 120)
+    assert queue.promote(db, "later") and queue.state(db, "later").state == "queued"
+    leased = queue.lease(db, 30, block=False)
+    assert leased is not None and queue.state(db, leased.id()).state == "leased"
+    assert queue.release(db, leased, reason="boom")  # max_deliveries=1: buried
+    assert queue.state(db, leased.id()).state == "dead"
+    assert queue.retry(db, leased.id()) and queue.state(db, leased.id()).state == "queued"
+    shards = {shard_index(i, 4) for i in ids}
+    assert len(shards) > 1  # the ids are spread, so the calls above met several shards

@@ -125,11 +125,24 @@ def _as_bytes(raw: bytes | str) -> bytes:
     return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
 
 
+def keys_for(ops: QueueOps, item_id: str) -> QueueKeys:
+    """The keys of the queue that holds ``item_id``.
+
+    The queue's own, or on a sharded queue those of the id's shard (under its current count).
+    """
+    shard_for = getattr(ops, "shard_for", None)
+    return ops.keys if shard_for is None else cast(QueueOps, shard_for(item_id)).keys
+
+
 @operation(methods=("states",), scripts=("state",), docs=DOCS)
 def states(ops: QueueOps, ids: Iterable[str]) -> Steps[list[ItemState]]:
     """The state of each of ``ids``, in order (one script call per 500 ids)."""
     checked = _check_ids(ids)
     out: list[ItemState] = []
+    if getattr(ops, "shard_for", None) is not None:  # a sharded queue: each id on its shard
+        for item_id in checked:
+            out.append((yield from state(ops, item_id)))
+        return out
     for chunk in _chunks(checked, STATE_CHUNK):
         rows = yield state_call(ops.keys, *chunk)
         out += (parse_state(i, row) for i, row in zip(chunk, rows, strict=True))
@@ -140,7 +153,7 @@ def states(ops: QueueOps, ids: Iterable[str]) -> Steps[list[ItemState]]:
 def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
     """The state of one item (one script call)."""
     item_id = check_item_id(item_id)
-    (row,) = yield state_call(ops.keys, item_id)
+    (row,) = yield state_call(keys_for(ops, item_id), item_id)
     return parse_state(item_id, row)
 
 
@@ -169,21 +182,21 @@ def reschedule_call(keys: QueueKeys, item_id: str, delay_ms: int, due_ms: int) -
 def cancel(ops: QueueOps, item_id: str) -> Steps[Cancelled]:
     """Cancel one item by id (one script call)."""
     item_id = check_item_id(item_id)
-    return Cancelled(int((yield cancel_call(ops.keys, item_id))))
+    return Cancelled(int((yield cancel_call(keys_for(ops, item_id), item_id))))
 
 
 @operation(methods=("promote",), scripts=("promote",), writes=True, cli="promote", docs=DOCS)
 def promote(ops: QueueOps, item_id: str) -> Steps[bool]:
     """Make a delayed item due now; True when it was delayed."""
     item_id = check_item_id(item_id)
-    return bool(int((yield promote_call(ops.keys, item_id))))
+    return bool(int((yield promote_call(keys_for(ops, item_id), item_id))))
 
 
 @operation(methods=("retry",), scripts=("requeue_dead",), writes=True, cli="retry", docs=DOCS)
 def retry(ops: QueueOps, item_id: str) -> Steps[bool]:
     """Put one dead letter back on the queue (as ``requeue_dead`` of one id); True when it was."""
     item_id = check_item_id(item_id)
-    requeued, *_ = yield requeue_dead_call(ops.keys, "ids", item_id)
+    requeued, *_ = yield requeue_dead_call(keys_for(ops, item_id), "ids", item_id)
     return bool(int(requeued))
 
 
@@ -196,7 +209,7 @@ def reschedule(ops: QueueOps, item_id: str, delay: float | datetime) -> Steps[bo
             "delay must be seconds from now (>= 0) or an aware datetime, not None"
         )
     delay_ms, due_ms = when_due(delay)
-    return bool(int((yield reschedule_call(ops.keys, item_id, delay_ms, due_ms))))
+    return bool(int((yield reschedule_call(keys_for(ops, item_id), item_id, delay_ms, due_ms))))
 
 
 @operation(methods=("renew_outcome",), scripts=("renew",), writes=True, docs=DOCS)
@@ -237,7 +250,7 @@ def report_progress(ops: QueueOps, item: Item, progress: object) -> Steps[bool]:
     """Keep a leased item's progress report while its lease lasts; True when held."""
     item, token = held_token(item)
     text = check_progress(progress)
-    return bool(int((yield progress_call(ops.keys, item.id(), token, text))))
+    return bool(int((yield progress_call(keys_for(ops, item.id()), item.id(), token, text))))
 
 
 #: The longest single blocking read of a result wait, in seconds.
@@ -259,7 +272,7 @@ def result(ops: QueueOps, item_id: str, timeout: float | None = None) -> Steps[b
         )
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     found = yield from state(ops, item_id)
-    key = ops.keys.result(item_id)
+    key = keys_for(ops, item_id).result(item_id)
     max_block: float | None = None
     while True:
         if found.state == "completed" and found.result is not None:
