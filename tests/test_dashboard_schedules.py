@@ -139,11 +139,16 @@ def test_the_console_shows_the_schedule_row(
     queue.schedule(real_db, "<img src=x onerror=alert(1)>", cron="30 6 * * *", tz="UTC")
     queue.schedule(real_db, "tick", every=30)
     added = fire(real_db, queue, "tick")
+    # 49 more, due after the two above: the view reads the first 50 of the 51.
+    later = int(time.time() * 1000) + 2 * 86_400_000
+    for n in range(49):
+        queue.schedule(real_db, f"later-{n:02d}", every=3600)
+        real_db.zadd(queue.keys.schedules_due, {f"later-{n:02d}": later + n})
     dashboard: Dashboard = start_dashboard(redis_url, "sched", workdir=tmp_path)
     driver = new_driver()
     try:
         driver.get(dashboard.url + "?queue=sched&tab=waiting")
-        ready = "document.querySelectorAll('#schedules tbody tr').length === 2"
+        ready = "document.querySelectorAll('#schedules tbody tr').length === 50"
         wait_for(lambda: driver.execute_script(f"return {ready}"), 20.0, "schedule rows")
         cells: Callable[[str], list[str]] = lambda name: driver.execute_script(  # noqa: E731
             "const r = [...document.querySelectorAll('#schedules tbody tr')]"
@@ -161,7 +166,14 @@ def test_the_console_shows_the_schedule_row(
         markup = "return document.querySelectorAll('#schedules img').length"
         assert driver.execute_script(markup) == 0
         count = "return document.getElementById('schedules-count').innerText"
-        assert driver.execute_script(count) == "(2)"
+        assert driver.execute_script(count) == "(50 of 51)"
+        shown = (
+            "return [...document.querySelectorAll('#schedules tbody tr')]"
+            ".map((r) => r.dataset.schedule)"
+        )
+        names = driver.execute_script(shown)
+        assert names[:2] == ["tick", "<img src=x onerror=alert(1)>"]  # soonest due first
+        assert names[2:] == [f"later-{n:02d}" for n in range(48)]
         screenshot(driver, "console-schedules")
     finally:
         quit_driver(driver)
