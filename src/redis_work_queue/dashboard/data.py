@@ -17,10 +17,13 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 
 from ..aio import AsyncWorkQueue
+from ..calls import Steps
 from ..errors import InvalidArgumentError, WrongKeyTypeError
 from ..health import alive_workers
 from ..keyprefix import KeyPrefix, QueueKeys, check_queue_name
 from ..ops import DeadLetter
+from ..ops.schedules import Schedule, listed, schedule_list_call
+from ..transport import arun
 
 #: The fixed keys that make a queue visible to discovery, by the name after its prefix.
 QUEUE_SUFFIXES = (":queue", ":processing", ":delayed", ":dead")
@@ -476,7 +479,54 @@ async def queue_tab(db: AsyncRedis, name: str, tab: str, page: int) -> dict[str,
         "total": total,
         "counts": asdict(stats),
         "rows": rows,
+        "schedules": await queue_schedules(db, name),
     }
+
+
+#: Schedules of a queue shown at most (the soonest due; paused ones come first, as listed).
+SCHEDULES_SHOWN = 50
+
+
+def _schedule_page(keys: QueueKeys, count: int) -> Steps[list[Schedule]]:
+    flat = yield schedule_list_call(keys, 0, count - 1)
+    return listed(flat)
+
+
+async def queue_schedules(db: AsyncRedis, name: str) -> dict[str, Any]:
+    """The first :data:`SCHEDULES_SHOWN` schedules of a queue, and how many it has.
+
+    One ``ZCARD`` of ``<P>:schedules:due``; only when it is not empty, one script call
+    (``schedule_list``) reading that many schedules at most, in the order
+    :meth:`~redis_work_queue.AsyncWorkQueue.schedules` lists them (paused ones first, then by
+    next due time, then those with none left).
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+
+    Returns:
+        ``{"total": N, "rows": [...]}``: each row ``name``, ``cron``, ``every`` (seconds),
+        ``tz``, ``next_due`` (seconds since the epoch, or None), ``state`` (``"active"``,
+        ``"paused"`` or ``"ended"``) and ``last_id``.
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    total = int(await db.zcard(keys.schedules_due))
+    if not total:
+        return {"total": 0, "rows": []}
+    found = await arun(db, _schedule_page(keys, SCHEDULES_SHOWN))
+    rows = [
+        {
+            "name": s.name,
+            "cron": s.cron,
+            "every": s.every,
+            "tz": s.tz,
+            "next_due": s.next_due,
+            "state": "paused" if s.paused else ("ended" if s.next_due is None else "active"),
+            "last_id": s.last_id,
+        }
+        for s in found
+    ]
+    return {"total": total, "rows": rows}
 
 
 def pretty_json(data: bytes | None, whole: bool) -> str | None:
@@ -677,7 +727,6 @@ async def queue_durations(db: AsyncRedis, names: Iterable[str]) -> list[dict[str
         bucket that holds them, in seconds, as text: ``"0.25"``, ``"+Inf"``).
     """
     from ..ops.metrics import read_steps  # noqa: PLC0415 (the workers page only)
-    from ..transport import arun  # noqa: PLC0415
 
     rows = []
     for name in names:

@@ -578,6 +578,37 @@ def _seconds(ms: int | None) -> float | None:
     return None if ms is None else ms / 1000
 
 
+def listed(flat: Sequence[Any]) -> list[Schedule]:
+    """The schedules of one :func:`schedule_list_call` reply (unreadable definitions skipped)."""
+    found: list[Schedule] = []
+    for k in range(0, len(flat), 4):
+        name, score, text, last = flat[k : k + 4]
+        if text is None:
+            continue
+        try:
+            spec = Spec.loads(decode(text))
+        except ValueError:
+            logger.warning("schedule %r holds no readable definition", decode(name))
+            continue
+        due = float(score)
+        found.append(
+            Schedule(
+                name=decode(name),
+                cron=spec.cron,
+                every=_seconds(spec.every_ms),
+                tz=spec.tz,
+                start=_seconds(spec.start_ms),
+                end=_seconds(spec.end_ms),
+                catch_up=spec.catch_up,
+                overlap=spec.overlap,
+                paused=due < 0,
+                next_due=due / 1000 if 0 <= due < math.inf else None,
+                last_id=None if last is None else decode(last),
+            )
+        )
+    return found
+
+
 @operation(methods=("schedules",), scripts=("schedule_list",), cli="schedules", docs=DOCS)
 def list_steps(keys: QueueKeys) -> Steps[list[Schedule]]:
     """Every schedule of the queue, paused ones first, then by next due time.
@@ -588,31 +619,7 @@ def list_steps(keys: QueueKeys) -> Steps[list[Schedule]]:
     first = 0
     while True:
         flat = yield schedule_list_call(keys, first, first + LIST_CHUNK - 1)
-        for k in range(0, len(flat), 4):
-            name, score, text, last = flat[k : k + 4]
-            if text is None:
-                continue
-            try:
-                spec = Spec.loads(decode(text))
-            except ValueError:
-                logger.warning("schedule %r holds no readable definition", decode(name))
-                continue
-            due = float(score)
-            found.append(
-                Schedule(
-                    name=decode(name),
-                    cron=spec.cron,
-                    every=_seconds(spec.every_ms),
-                    tz=spec.tz,
-                    start=_seconds(spec.start_ms),
-                    end=_seconds(spec.end_ms),
-                    catch_up=spec.catch_up,
-                    overlap=spec.overlap,
-                    paused=due < 0,
-                    next_due=due / 1000 if 0 <= due < math.inf else None,
-                    last_id=None if last is None else decode(last),
-                )
-            )
+        found.extend(listed(flat))
         if len(flat) < 4 * LIST_CHUNK:
             return found
         first += LIST_CHUNK

@@ -22,6 +22,8 @@
   const pageNo = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
   // Tracebacks the user opened, by row: kept open across the redraws of each refresh.
   const opened = new Set();
+  // The queue whose view is drawn (the schedules' last ids link to its jobs).
+  let lastQueue = null;
 
   function link(query) {
     const search = new URLSearchParams(query).toString();
@@ -292,6 +294,8 @@
     $("broken").textContent = d.broken || "";
     $("detail-body").hidden = Boolean(d.broken);
     if (d.broken) return;
+    lastQueue = d.name;
+    drawSchedules(d.schedules);
     const totals = {
       waiting: d.counts.queued,
       leased: d.counts.leased + d.counts.expired,
@@ -370,6 +374,33 @@
       const spans = { waiting: 3, leased: 6, delayed: 4, dead: actions ? 8 : 6 };
       const words = { waiting: "nothing waiting", leased: "no leases", delayed: "nothing delayed", dead: "no dead letters" };
       tbody.append(emptyRow(spans[d.tab], words[d.tab]));
+    }
+  }
+
+  function utc(secs) {
+    if (secs === null || secs === undefined) return "\u2014";
+    return `${new Date(secs * 1000).toISOString().replace("T", " ").slice(0, 19)} UTC`;
+  }
+
+  // A queue's schedules (at most the first page the API reads); nothing when it has none.
+  function drawSchedules(s) {
+    const box = $("schedules-box");
+    const tbody = document.querySelector("#schedules tbody");
+    tbody.replaceChildren();
+    box.hidden = !s || s.total === 0;
+    if (box.hidden) return;
+    const total = s.total.toLocaleString("en-US");
+    $("schedules-count").textContent = s.rows.length < s.total ? `(${s.rows.length} of ${total})` : `(${total})`;
+    for (const r of s.rows) {
+      const row = el("tr");
+      row.dataset.schedule = r.name;
+      const plan = r.cron !== null ? r.cron : `every ${age(r.every)}`;
+      const state = el("td", r.state, `state-${r.state}`);
+      const last = el("td", null, "id");
+      if (r.last_id) last.append(jobLink(lastQueue, r.last_id));
+      else last.textContent = "\u2014";
+      row.append(el("td", r.name), el("td", plan, "mono"), el("td", r.tz), el("td", utc(r.next_due)), state, last);
+      tbody.append(row);
     }
   }
 
