@@ -391,3 +391,11 @@ def test_job_control_finds_each_id_on_its_shard(db: redis.Redis, queue: WorkQueu
     assert queue.retry(db, leased.id()) and queue.state(db, leased.id()).state == "queued"
     shards = {shard_index(i, 4) for i in ids}
     assert len(shards) > 1  # the ids are spread, so the calls above met several shards
+
+
+def test_a_rate_limit_is_refused_on_a_sharded_queue() -> None:
+    """Each shard would keep its own bucket: refused before anything is written."""
+    from redis_work_queue import RateLimit  # noqa: PLC0415
+
+    with pytest.raises(InvalidArgumentError, match="sharded"):
+        WorkQueue(KeyPrefix("limited"), shards=2, rate_limit=RateLimit(10, 1))
