@@ -705,6 +705,7 @@ RUNNABLE: dict[str, list[str]] = {
     "promote": [P, "an-id"],
     "retry": [P, "an-id"],
     "functions": ["status"],
+    "events": [P],
 }
 
 

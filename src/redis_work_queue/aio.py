@@ -7,6 +7,7 @@ the details); only the call is awaited. Both run the same operations (:mod:`.ops
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -14,10 +15,12 @@ from datetime import datetime
 from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .item import Item
+from .ops import events as events_ops
 from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops import sharded as sharded_ops
+from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
 from .ops.sharded import ShardStats
@@ -370,6 +373,22 @@ class AsyncWorkQueue(QueueBase):
     async def shard_stats(self, db: AsyncClient) -> list[ShardStats]:
         """See :meth:`WorkQueue.shard_stats`."""
         return await arun(db, sharded_ops.shard_stats(self.ops))
+
+    async def events(
+        self, db: AsyncClient, since: str = "0", block: float | None = None
+    ) -> AsyncIterator[Event]:
+        """See :meth:`WorkQueue.events`; use with ``async for``."""
+        block = events_ops.check_block(block)
+        deadline = None if block is None else time.monotonic() + block
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            since, found = await arun(db, events_ops.read_events(self.ops, since, left or None))
+            if found:
+                for event in found:
+                    yield event
+                deadline = None if block is None else time.monotonic() + block
+            elif deadline is None or time.monotonic() >= deadline:
+                return
 
 
 async def lease_from(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .errors import InvalidArgumentTypeError
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
+from .ops.events import EVENTS_MAXLEN, check_events
 from .ops.sharded import ShardedOps
 
 
@@ -41,6 +42,13 @@ class QueueBase:
         shards_before: Earlier shard counts of the queue (an int or a tuple) whose shards may
             still hold items while the count changes: they are still leased, cleaned and
             counted. Adds follow ``shards``.
+        events: Append one entry per change of an item (added, leased, completed, failed,
+            retried, dead, expired, requeued, cancelled, promoted) to the stream
+            ``<name>:events``, in the script call that makes the change; read them with
+            ``events``. False (the default): write no stream, exactly the keys a queue without
+            events writes. Not with ``shards``.
+        events_maxlen: With ``events``, keep about this many entries (XADD's approximate
+            ``MAXLEN``: a few more may stay until Redis trims a whole node).
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -57,6 +65,8 @@ class QueueBase:
         keep_results: float | None = None,
         shards: int = 1,
         shards_before: int | Sequence[int] = (),
+        events: bool = False,
+        events_maxlen: int = EVENTS_MAXLEN,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -68,8 +78,9 @@ class QueueBase:
         #: (the worker runners, the Spark data source) or writes its own with the scripts'
         #: argument builders (:mod:`~.ops.registry`).
         self.ops: QueueOps
+        cap = check_events(events, events_maxlen, shards != 1 or bool(shards_before))
         if shards == 1 and not shards_before:
-            self.keys = QueueKeys(name)
+            self.keys = QueueKeys(name, cap)
             self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout, keep_results)
         else:
             self.ops = ShardedOps(
@@ -118,6 +129,11 @@ class QueueBase:
     def shards_before(self) -> tuple[int, ...]:
         """The earlier shard counts whose shards are still leased and counted (see ``shards``)."""
         return self.ops.shards_before if isinstance(self.ops, ShardedOps) else ()
+
+    @property
+    def events_maxlen(self) -> int | None:
+        """The cap of the queue's event stream ``<name>:events``; None: events are off."""
+        return self.ops.events_maxlen
 
     @property
     def max_deliveries(self) -> int | None:
