@@ -1,5 +1,6 @@
 -- add: add items, each unless its id exists already (or without that check).
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 --#include delay.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
@@ -126,6 +127,13 @@ if #ready > 0 then
   wake(Q, #ready)
 end
 count(Q, 'added', written)
+if Q.event_cap then
+  for k = 1, #items do
+    if added[k] == 1 then
+      emit(Q, 'added', ARGV[NQ + 3 + 2 * k])
+    end
+  end
+end
 if arg(1) == 'p' then
   return 1
 end

@@ -1,5 +1,6 @@
 -- cancel: cancel one item by id: a waiting or delayed item is removed, a leased one is marked.
 --#include queue.lua
+--#include events.lua
 --#include hold.lua
 --#include cancelled.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
@@ -43,4 +44,5 @@ end
 redis.call('DEL', item)
 forget(Q, id)
 count(Q, 'cancelled')
+emit(Q, 'cancelled', id)
 return outcome

@@ -1,5 +1,6 @@
 -- complete_held: complete items, each only while the caller still holds its lease.
 --#include queue.lua
+--#include events.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1...) held: an item's id and the lease value (token@ms) its lease was given, for each item
 -- Returns, per pair, 1 when this call completed the item and 0 when it did not: the lease is not
@@ -37,6 +38,9 @@ for j, id in ipairs(ids) do
     redis.call('LREM', Q.processing, -1, id)
     redis.call('DEL', leases[j])
     forget(Q, id)
+    if done[j] == 1 then
+      emit(Q, 'completed', id)
+    end
   else
     done[j] = 0
   end

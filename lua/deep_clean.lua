@@ -1,5 +1,6 @@
 -- deep_clean: last step of the deep clean's recovery: queue the held items found in neither list.
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 --#include hold.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
@@ -29,6 +30,8 @@ for _, held in ipairs(mine) do
   redis.call('DEL', Q.lease .. id)
   if held[2] then
     requeued[#requeued + 1] = id
+    emit(Q, 'expired', id, nil, 'lease expired')
+    emit(Q, 'retried', id)
   else
     forget(Q, id)
   end

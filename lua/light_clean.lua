@@ -1,5 +1,6 @@
 -- light_clean: one bounded step of the light clean, over the oldest end of the processing list.
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 --#include delay.lua
 --#include take.lua
@@ -52,6 +53,7 @@ for i = #ids, 1, -1 do
     end
     local n = delivered(Q, id)
     if max > 0 and n >= max then
+      emit(Q, 'expired', id, n, 'lease expired')
       bury(Q, id, data[i], n, 'lease expired', now)
       buried = buried + 1
     else
@@ -59,6 +61,8 @@ for i = #ids, 1, -1 do
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
       back[#back + 1] = id
+      emit(Q, 'expired', id, n, 'lease expired')
+      emit(Q, 'retried', id, n)
     end
   end
   seen[id] = true

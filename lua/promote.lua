@@ -1,5 +1,6 @@
 -- promote: a delayed item falls due now: it goes to the leasing end of the main queue.
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) item_id: the item's id
@@ -27,4 +28,5 @@ if redis.call('EXISTS', Q.item .. id) == 0 then
   return 0
 end
 enqueue(Q, id, true)
+emit(Q, 'promoted', id)
 return 1

@@ -1,5 +1,6 @@
 -- release: give a leased item back before its lease ends (a retryable failure).
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 --#include delay.lua
 --#include take.lua
@@ -45,6 +46,7 @@ if undo then
   end
   enqueue(Q, id, true)
   count(Q, 'retried')
+  emit(Q, 'retried', id, n - 1)
   return 1
 end
 if reason then
@@ -52,6 +54,7 @@ if reason then
 end
 local now = now_ms()
 count(Q, 'failed')
+emit(Q, 'failed', id, n, reason)
 if max > 0 and n >= max then
   bury(Q, id, data, n, reason or redis.call('HGET', Q.reasons, id), now)
   return 2
@@ -62,4 +65,5 @@ else
   enqueue(Q, id, false)
 end
 count(Q, 'retried')
+emit(Q, 'retried', id, n)
 return 1

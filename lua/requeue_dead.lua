@@ -1,5 +1,6 @@
 -- requeue_dead: put dead letters back on the main queue with their delivery count reset.
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 --#include dead.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
@@ -30,6 +31,7 @@ for i, id in ipairs(ids) do
     forget(Q, id)
     enqueue(Q, id, false)
     requeued = requeued + 1
+    emit(Q, 'requeued', id)
   else
     if not data then
       redis.call('ZREM', Q.dead, id)

@@ -2,6 +2,7 @@
 -- for each schedule the caller read as it still is (a compare-and-set: of any number of
 -- schedulers racing, one adds each occurrence).
 --#include queue.lua
+--#include events.lua
 --#include wake.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1...) schedules: for each schedule, seven or more arguments: its name; the definition
@@ -68,5 +69,8 @@ if #added > 0 then
   redis.call('LPUSH', Q.queue, unpack(added))
   wake(Q, #added)
   count(Q, 'added', #added)
+  for _, id in ipairs(added) do
+    emit(Q, 'added', id)
+  end
 end
 return replies

@@ -122,6 +122,16 @@ def _bridge(name: str) -> Callable[..., Any]:
         def call(self: BlockingAsyncQueue, db: Any, *a: Any, **k: Any) -> Any:
             return self._call(name, db, *a, **k)
 
+    elif inspect.isasyncgenfunction(method):  # an async iterator (events)
+
+        def call(self: BlockingAsyncQueue, db: Any, *a: Any, **k: Any) -> Iterator[Any]:
+            found = getattr(self.aio, name)(self._twin(db), *a, **k)
+            while True:
+                try:
+                    yield loop().run(found.__anext__())
+                except StopAsyncIteration:
+                    return
+
     elif inspect.isasyncgenfunction(inspect.unwrap(method)):  # an asynccontextmanager
 
         @contextlib.contextmanager
@@ -130,8 +140,9 @@ def _bridge(name: str) -> Callable[..., Any]:
 
     else:
         raise TypeError(
-            f"AsyncWorkQueue.{name} is neither a coroutine function nor an async context "
-            "manager: say in NOT_BRIDGED why the bridge leaves it to the synchronous code"
+            f"AsyncWorkQueue.{name} is neither a coroutine function, an async iterator nor an "
+            "async context manager: say in NOT_BRIDGED why the bridge leaves it to the "
+            "synchronous code"
         )
     call.__name__ = name
     call.__qualname__ = f"BlockingAsyncQueue.{name}"

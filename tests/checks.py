@@ -63,7 +63,7 @@ LEASE_SECS = 30
 TTL_STEP_MS = 10_000
 #: A blocking lease that must time out waits this long.
 SHORT_WAIT = 0.05
-TYPES = ("string", "list", "hash", "set", "zset")
+TYPES = ("string", "list", "hash", "set", "zset", "stream")
 
 
 def key_of(name: str, item_id: str) -> str:
@@ -91,6 +91,8 @@ def plant(db: redis.Redis, key: str, kind: str) -> None:
         db.hset(key, b"planted", b"1")
     elif kind == "set":
         db.sadd(key, b"planted")
+    elif kind == "stream":
+        db.xadd(key, {b"planted": b"1"})
     else:
         db.zadd(key, {b"planted": 1})
 

@@ -88,6 +88,8 @@ def dump_state(db: redis.Redis, ttl_step_ms: int | None = None) -> Dump:
             value = sorted(raw(db, "SMEMBERS", key))
         elif kind == "zset":
             value = [(m, float(s)) for m, s in _pairs(raw(db, "ZRANGE", key, 0, -1, "WITHSCORES"))]
+        elif kind == "stream":
+            value = [(bytes(i), list(f)) for i, f in raw(db, "XRANGE", key, "-", "+")]
         else:
             value = kind
         pttl = int(raw(db, "PTTL", key))

@@ -706,6 +706,7 @@ RUNNABLE: dict[str, list[str]] = {
     "retry": [P, "an-id"],
     "functions": ["status"],
     "rate-limit": [P],
+    "events": [P],
 }
 
 

@@ -68,11 +68,13 @@ def test_every_script_loads_on_a_real_server_with_each_include_once(real_db: red
 
 
 def test_includes_are_resolved_recursively_dependencies_first() -> None:
-    # lease.lua declares delay.lua but not hold.lua: stray.lua brings it, after its own needs.
+    # lease.lua declares delay.lua but not hold.lua: stray.lua brings it, after its own needs;
+    # take.lua brings events.lua.
     assert assemble("lease").includes == (
         "queue.lua",
         "wake.lua",
         "delay.lua",
+        "events.lua",
         "take.lua",
         "hold.lua",
         "stray.lua",
@@ -80,7 +82,7 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
         "rate.lua",
     )
     # complete.lua needs the layout and finish.lua, which needs the layout too.
-    assert assemble("complete").includes == ("queue.lua", "finish.lua")
+    assert assemble("complete").includes == ("queue.lua", "events.lua", "finish.lua")
     assert assemble("renew").includes == ("cancelled.lua",)
 
 

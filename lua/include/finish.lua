@@ -1,5 +1,6 @@
 -- finish: complete items (mark them done and remove every trace of them).
 --#include queue.lua
+--#include events.lua
 -- Keys: P:item:<id>, P:lease:<id>, P:processing, P:delayed, P:deliveries, P:reasons, P:counts.
 -- Defines: finish.
 -- Keeps: exactly one call completes an item; no bookkeeping of an item is left behind; every key
@@ -109,5 +110,12 @@ local function finish(q, ids, checked)
     redis.call('HDEL', q.reasons, unpack(ids))
   end
   count(q, 'completed', completed)
+  if q.event_cap then
+    for j, id in ipairs(ids) do
+      if done[j] == 1 then
+        emit(q, 'completed', id)
+      end
+    end
+  end
   return done
 end

@@ -5,7 +5,7 @@
 -- key: its suffix, type and what it holds), which the loader writes into NAMES below: q.processing
 -- is P:processing, q.item .. id is P:item:<id>, and so on for every row. Every one of them shares
 -- P's hash tag, if any.
--- Defines: NQ, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
+-- Defines: NQ, EVENTED, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
 -- check_types, SIZES and read_strings (the type checks before a first write), now_ms, delivered,
 -- forget, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
@@ -27,8 +27,24 @@ local LAZY = {
   end,
 }
 
+-- The queues of the call with events on (see events.lua): their P:events is type-checked by
+-- check_types.
+local EVENTED = {}
+
+-- ARGV[i] is the prefix, or, with events on, NUL, the stream's cap, NUL, then the prefix (no
+-- queue name starts with NUL). event_cap is false with events off.
 local function queue_at(i)
-  return setmetatable({index = i, queue = KEYS[i], prefix = ARGV[i]}, LAZY)
+  local prefix, cap = ARGV[i], false
+  if string.byte(prefix, 1) == 0 then
+    local stop = string.find(prefix, '\0', 2, true)
+    cap = string.sub(prefix, 2, stop - 1)
+    prefix = string.sub(prefix, stop + 1)
+  end
+  local q = setmetatable({index = i, queue = KEYS[i], prefix = prefix, event_cap = cap}, LAZY)
+  if cap then
+    EVENTED[#EVENTED + 1] = q
+  end
+  return q
 end
 
 local Q = queue_at(1)
@@ -38,14 +54,17 @@ local function arg(k)
 end
 
 -- The cheapest read of each type: O(1), it fails on a key of another type and allocates nothing.
-local TYPED_READ = {string = 'STRLEN', list = 'LLEN', hash = 'HLEN', zset = 'ZCARD'}
+local TYPED_READ = {
+  string = 'STRLEN', list = 'LLEN', hash = 'HLEN', zset = 'ZCARD', stream = 'XLEN',
+}
 
 -- The sizes read by the type checks of the call, by key (what the typed read answered: 0 for a
 -- key that does not exist), so that a script can skip a write that has nothing to change.
 local SIZES = {}
 
--- The error of the first key, among pairs of a kind ('string', 'list', 'hash' or 'zset') and a key
--- or a list of keys, that exists and holds another type than its kind; nil when there is none.
+-- The error of the first key, among pairs of a kind ('string', 'list', 'hash', 'zset' or
+-- 'stream') and a key or a list of keys, that exists and holds another type than its kind; nil
+-- when there is none.
 local function wrong_type(...)
   for i = 1, select('#', ...), 2 do
     local kind, keys = select(i, ...)
@@ -68,9 +87,18 @@ local function wrong_type(...)
 end
 
 -- Fail early on a wrong type: called with wrong_type's arguments before a script's first write,
--- so that the error leaves every key as it was.
+-- so that the error leaves every key as it was. The events stream of each queue with events on
+-- is checked too (its first time).
 local function check_types(...)
   local err = wrong_type(...)
+  for _, q in ipairs(EVENTED) do
+    if err then
+      break
+    end
+    if SIZES[q.events] == nil then
+      err = wrong_type('stream', q.events)
+    end
+  end
   if err then
     error(err, 0)
   end

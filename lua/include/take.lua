@@ -1,5 +1,6 @@
 -- take: hand items out, or bury them in the dead-letter store.
 --#include queue.lua
+--#include events.lua
 -- Keys: P:item:<id>, P:lease:<id>, P:deliveries, P:reasons, P:dead, P:dead:<id>.
 -- Defines: bury, bury_keys, take.
 -- Keeps: an item is never handed out more than max deliveries times; a buried item keeps its
@@ -16,6 +17,7 @@ local function bury(q, id, data, deliveries, reason, now)
   redis.call('DEL', q.item .. id, q.lease .. id)
   forget(q, id)
   count(q, 'dead')
+  emit(q, 'dead', id, deliveries, reason)
 end
 
 -- The keys that burying ids would write (those of ids whose delivery count, as read from
@@ -75,5 +77,6 @@ local function take(q, id, data, ms, stamp, max, once, now, seen)
     redis.call('DEL', q.item .. id)
     forget(q, id)
   end
+  emit(q, 'leased', id, n)
   return n
 end

@@ -27,6 +27,7 @@ from .errors import (
 from .flow import RateLimit
 from .item import Item
 from .keyprefix import KeyPrefix
+from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
 from .ops.schedules import Schedule
@@ -91,6 +92,7 @@ __all__ = [
     "CrossSlotError",
     "DeadLetter",
     "DelayedItem",
+    "Event",
     "FlushReport",
     "InvalidArgumentError",
     "Item",

@@ -7,6 +7,7 @@ the details); only the call is awaited. Both run the same operations (:mod:`.ops
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -15,11 +16,13 @@ from . import transport
 from .clients import AsyncClient, AsyncPipeline
 from .flow import RateLimit
 from .item import Item
+from .ops import events as events_ops
 from .ops import flow as flow_ops
 from .ops import jobs, listing
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops import sharded as sharded_ops
+from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
 from .ops.sharded import ShardStats
@@ -376,6 +379,22 @@ class AsyncWorkQueue(QueueBase):
     async def set_rate_limit(self, db: AsyncClient, limit: RateLimit | None) -> None:
         """See :meth:`WorkQueue.set_rate_limit`."""
         await arun(db, flow_ops.set_rate_limit(self.ops, limit))
+
+    async def events(
+        self, db: AsyncClient, since: str = "0", block: float | None = None
+    ) -> AsyncIterator[Event]:
+        """See :meth:`WorkQueue.events`; use with ``async for``."""
+        block = events_ops.check_block(block)
+        deadline = None if block is None else time.monotonic() + block
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            since, found = await arun(db, events_ops.read_events(self.ops, since, left or None))
+            if found:
+                for event in found:
+                    yield event
+                deadline = None if block is None else time.monotonic() + block
+            elif deadline is None or time.monotonic() >= deadline:
+                return
 
 
 async def lease_from(

@@ -931,6 +931,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_dashboard)
 
     _job_commands(command)
+    _events_command(command)
 
     p = command(
         "functions",
@@ -1042,6 +1043,46 @@ def _job_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
     p.add_argument("id", metavar="ID", help="the item's id")
     p.set_defaults(func=_item)
+
+
+#: How long one read of ``rwq events --follow`` waits for a new event, in seconds.
+_FOLLOW_SECS = 5.0
+
+
+def _events(args: argparse.Namespace, db: Any) -> int:
+    queue = _queue(args, args.queue)
+    since = args.since
+    while True:
+        for event in queue.events(db, since=since, block=_FOLLOW_SECS if args.follow else None):
+            since = event.event_id
+            if args.json:
+                print(json.dumps(asdict(event)), flush=True)
+            else:
+                extra = "" if event.delivery is None else f" delivery={event.delivery}"
+                extra += "" if event.reason is None else f" reason={event.reason!r}"
+                print(f"{_when(event.at)} {event.kind:<9} {event.id}{extra}", flush=True)
+        if not args.follow:
+            return EXIT_OK
+
+
+def _events_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``rwq events``."""
+    p = command(
+        "events",
+        help="print the queue's events (a queue made with events=True); --follow waits for more",
+        description="Print the entries of the queue's event stream (P:events: added, leased, "
+        "completed, failed, retried, dead, expired, requeued, cancelled, promoted), oldest "
+        "first, one a line (JSON lines with --json). With --follow, wait for new ones until "
+        "interrupted.",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue key prefix")
+    p.add_argument("--follow", action="store_true", help="wait for new events until stopped")
+    p.add_argument(
+        "--since",
+        default="0",
+        help="start after this event id ('0', the default: every kept event; '$': new ones)",
+    )
+    p.set_defaults(func=_events)
 
 
 # Schedules --------------------------------------------------------------------------------------

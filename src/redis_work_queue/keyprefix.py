@@ -102,6 +102,11 @@ def check_queue_name(prefix: str) -> str:
             after a colon: the flush and deep clean of the queue named by what comes before
             would take this queue's keys for their own.
     """
+    if prefix.startswith("\0"):
+        raise InvalidArgumentError(
+            f"the queue name {prefix!r} starts with a NUL character, which the scripts read as "
+            "the start of the events setting: drop the leading '\\0'"
+        )
     found = _CLASHING.search(prefix)
     if found is None:
         return prefix
@@ -164,6 +169,7 @@ class QueueKeys:
     result_prefix: str
     progress_prefix: str
     rate: str
+    events: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name
@@ -176,8 +182,14 @@ class QueueKeys:
 
     __slots__ = ("prefix", "script_args", "script_keys", "slot_keys", *layout.ATTRIBUTES)
 
-    def __init__(self, prefix: KeyPrefix) -> None:
-        """Name the keys of the queue ``prefix``.
+    def __init__(self, prefix: KeyPrefix, events_maxlen: int | None = None) -> None:
+        r"""Name the keys of the queue ``prefix``.
+
+        Args:
+            prefix: The queue's key prefix.
+            events_maxlen: With events on (see :mod:`~.ops.events`), the cap of ``P:events``:
+                the scripts' argument then carries it before the prefix (``\\0<cap>\\0<prefix>``,
+                read by ``lua/include/queue.lua``). None: events off, the argument is the prefix.
 
         Raises:
             InvalidArgumentError: The name clashes with another queue's keys (see
@@ -187,7 +199,7 @@ class QueueKeys:
         for attribute, suffix in _SUFFIXES:
             setattr(self, attribute, name + suffix)
         self.script_keys = (self.queue,)
-        self.script_args = (name,)
+        self.script_args = (name,) if events_maxlen is None else (f"\0{events_maxlen}\0{name}",)
         self.slot_keys = tuple(getattr(self, attribute) for attribute in _FIXED)
 
     def item(self, item_id: str) -> str:

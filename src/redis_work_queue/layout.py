@@ -45,7 +45,7 @@ class KeyRow:
             the method that names one key of the family for the others (``keys.item(id)``),
             and the field of the scripts' queue table (``Q.item .. id``).
         suffix: What follows the queue's prefix: ``:queue``, or ``:item:`` before an id.
-        kind: The Redis type of the key: ``string``, ``list``, ``hash`` or ``zset``.
+        kind: The Redis type of the key: ``string``, ``list``, ``hash``, ``zset`` or ``stream``.
         scope: One key per queue, or one per item, worker or batch.
         writers: Who writes it.
         reference: Whether the reference design's layout has it (the keys every client of the
@@ -57,7 +57,7 @@ class KeyRow:
 
     name: str
     suffix: str
-    kind: Literal["string", "list", "hash", "zset"]
+    kind: Literal["string", "list", "hash", "zset", "stream"]
     scope: Scope
     writers: tuple[Writer, ...]
     reference: bool
@@ -204,6 +204,11 @@ ROWS: tuple[KeyRow, ...] = (
         "the rate limit of this library's leases (count, per_ms, burst), its token bucket "
         "(tokens, at), pacing clock (tat) and waiters' turns (r:<waiter>); only once a limit "
         "is set",
+    ),
+    KeyRow(
+        "events", ":events", "stream", "queue", _S, False,
+        "with events on: one entry per change of an item (kind, id, delivery, reason), capped "
+        "near `events_maxlen` entries",
     ),
 )
 # fmt: on

@@ -14,6 +14,7 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .flow import RateLimit, check_rate_limit
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
+from .ops.events import EVENTS_MAXLEN, check_events
 from .ops.sharded import ShardedOps
 
 
@@ -46,6 +47,13 @@ class QueueBase:
             (:class:`RateLimit`, kept in Redis): declared before this object's first lease,
             and stored only when no limit was ever set on the queue; ``set_rate_limit``
             changes it at run time. None (the default) declares none.
+        events: Append one entry per change of an item (added, leased, completed, failed,
+            retried, dead, expired, requeued, cancelled, promoted) to the stream
+            ``<name>:events``, in the script call that makes the change; read them with
+            ``events``. False (the default): write no stream, exactly the keys a queue without
+            events writes. Not with ``shards``.
+        events_maxlen: With ``events``, keep about this many entries (XADD's approximate
+            ``MAXLEN``: a few more may stay until Redis trims a whole node).
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -63,6 +71,8 @@ class QueueBase:
         shards: int = 1,
         shards_before: int | Sequence[int] = (),
         rate_limit: RateLimit | None = None,
+        events: bool = False,
+        events_maxlen: int = EVENTS_MAXLEN,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -74,8 +84,9 @@ class QueueBase:
         #: (the worker runners, the Spark data source) or writes its own with the scripts'
         #: argument builders (:mod:`~.ops.registry`).
         self.ops: QueueOps
+        cap = check_events(events, events_maxlen, shards != 1 or bool(shards_before))
         if shards == 1 and not shards_before:
-            self.keys = QueueKeys(name)
+            self.keys = QueueKeys(name, cap)
             self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout, keep_results)
         else:
             self.ops = ShardedOps(
@@ -130,6 +141,11 @@ class QueueBase:
     def shards_before(self) -> tuple[int, ...]:
         """The earlier shard counts whose shards are still leased and counted (see ``shards``)."""
         return self.ops.shards_before if isinstance(self.ops, ShardedOps) else ()
+
+    @property
+    def events_maxlen(self) -> int | None:
+        """The cap of the queue's event stream ``<name>:events``; None: events are off."""
+        return self.ops.events_maxlen
 
     @property
     def max_deliveries(self) -> int | None:

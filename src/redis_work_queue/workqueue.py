@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -12,10 +13,12 @@ from .clients import SyncClient, SyncPipeline
 from .flow import RateLimit
 from .item import Item
 from .ops import PIPELINE_CHUNK, jobs, listing
+from .ops import events as events_ops
 from .ops import flow as flow_ops
 from .ops import lease as lease_ops
 from .ops import schedules as schedule_ops
 from .ops import sharded as sharded_ops
+from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
@@ -953,6 +956,40 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: ``<prefix>:rate`` holds the wrong Redis type.
         """
         run(db, flow_ops.set_rate_limit(self.ops, limit))
+
+    def events(
+        self, db: SyncClient, since: str = "0", block: float | None = None
+    ) -> Iterator[Event]:
+        """Iterate over the queue's events (a queue made with ``events=True``), oldest first.
+
+        Each page is one XREAD; with ``block``, a read waits for new entries (a blocking read,
+        no polling), at most a few seconds per call.
+
+        Args:
+            db: The Redis client.
+            since: Start after this :attr:`Event.event_id`; ``"0"`` (the default): from the
+                oldest kept event; ``"$"``: only events appended from now on.
+            block: When caught up, wait up to this many seconds for a new event before the
+                iteration ends (the wait starts again after each event); None (the default):
+                end when caught up.
+
+        Yields:
+            Each :class:`Event`, in the order the scripts appended them.
+
+        Raises:
+            InvalidArgumentError: ``since`` is not an event id, ``"0"`` or ``"$"``, or
+                ``block`` is negative.
+        """
+        block = events_ops.check_block(block)
+        deadline = None if block is None else time.monotonic() + block
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            since, found = run(db, events_ops.read_events(self.ops, since, left or None))
+            if found:
+                yield from found
+                deadline = None if block is None else time.monotonic() + block
+            elif deadline is None or time.monotonic() >= deadline:
+                return
 
 
 def lease_from(

@@ -82,21 +82,21 @@ LOG_SECS = 5.0
 @builds("light_clean")
 def light_clean_call(keys: QueueKeys, budget: int, max_deliveries: int, due: int) -> ScriptCall:
     """``lua/light_clean.lua``: one step over the processing list's oldest ``budget`` ids."""
-    args = (keys.prefix, budget, max_deliveries, due)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, budget, max_deliveries, due)
     return ScriptCall(scripts.load("light_clean"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("forget_gone")
 def forget_gone_call(keys: QueueKeys, which: str, cursor: int, count: int) -> ScriptCall:
     """``lua/forget_gone.lua``: one HSCAN step over the bookkeeping hash ``which``."""
-    args = (keys.prefix, which, cursor, count)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, cursor, count)
     return ScriptCall(scripts.load("forget_gone"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("deep_clean_scan")
 def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str) -> ScriptCall:
     """``lua/deep_clean_scan.lua``: one SCAN step over the queue's data keys."""
-    args = (keys.prefix, cursor, count, pattern)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, cursor, count, pattern)
     script = scripts.load("deep_clean_scan")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
@@ -104,7 +104,7 @@ def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str)
 @builds("deep_clean_walk")
 def deep_clean_walk_call(keys: QueueKeys, first: int, count: int, token: str) -> ScriptCall:
     """``lua/deep_clean_walk.lua``: one step of a walk of the main queue from its head."""
-    args = (keys.prefix, first, count, token)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, count, token)
     script = scripts.load("deep_clean_walk")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
@@ -112,7 +112,7 @@ def deep_clean_walk_call(keys: QueueKeys, first: int, count: int, token: str) ->
 @builds("deep_clean_hold")
 def deep_clean_hold_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes) -> ScriptCall:
     """``lua/deep_clean_hold.lua``: hold the suspects ``ids`` for run ``token``."""
-    args: tuple[scripts.Arg, ...] = (keys.prefix, token, hold_ms, *ids)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, token, hold_ms, *ids)
     script = scripts.load("deep_clean_hold")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
@@ -128,7 +128,7 @@ def deep_clean_renew_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes
 @builds("deep_clean")
 def deep_clean_call(keys: QueueKeys, token: str, *ids: bytes) -> ScriptCall:
     """``lua/deep_clean.lua``: queue the ``ids`` run ``token`` still holds (in neither list)."""
-    args: tuple[scripts.Arg, ...] = (keys.prefix, token, *ids)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, token, *ids)
     return ScriptCall(scripts.load("deep_clean"), keys.script_keys, args, None, keys.slot_keys)
 
 

@@ -84,7 +84,7 @@ class ItemState:
 @builds("state")
 def state_call(keys: QueueKeys, *ids: str) -> ScriptCall:
     """``lua/state.lua``: the state of each of ``ids``."""
-    args = (keys.prefix, *ids)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, *ids)
     return ScriptCall(scripts.load("state"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -160,21 +160,21 @@ def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
 @builds("cancel")
 def cancel_call(keys: QueueKeys, item_id: str) -> ScriptCall:
     """``lua/cancel.lua``: cancel ``item_id``."""
-    args = (keys.prefix, item_id)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id)
     return ScriptCall(scripts.load("cancel"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("promote")
 def promote_call(keys: QueueKeys, item_id: str) -> ScriptCall:
     """``lua/promote.lua``: make the delayed ``item_id`` due now."""
-    args = (keys.prefix, item_id)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id)
     return ScriptCall(scripts.load("promote"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("reschedule")
 def reschedule_call(keys: QueueKeys, item_id: str, delay_ms: int, due_ms: int) -> ScriptCall:
     """``lua/reschedule.lua``: delay the queued or delayed ``item_id`` until a new time."""
-    args = (keys.prefix, item_id, delay_ms, due_ms)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, delay_ms, due_ms)
     return ScriptCall(scripts.load("reschedule"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -221,7 +221,7 @@ def renew_outcome(ops: QueueOps, item: Item, lease_secs: float) -> Steps[Renewed
 @builds("progress")
 def progress_call(keys: QueueKeys, item_id: str, token: str, progress: bytes) -> ScriptCall:
     """``lua/progress.lua``: keep ``progress`` of ``item_id`` while ``token`` holds its lease."""
-    args = (keys.prefix, item_id, token, progress)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, token, progress)
     return ScriptCall(scripts.load("progress"), keys.script_keys, args, None, keys.slot_keys)
 
 

@@ -57,7 +57,7 @@ def delayed_call(keys: QueueKeys, first: int, last: int, preview: int) -> Script
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args = (keys.prefix, first, last, preview)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
     return ScriptCall(scripts.load("delayed"), keys.script_keys, args, None, keys.slot_keys)
 
 

@@ -58,7 +58,7 @@ class QueueMetrics:
 @builds("metrics")
 def metrics_call(keys: QueueKeys, due_cap: int) -> ScriptCall:
     """``lua/metrics.lua``: what the exporter reads of a queue besides its stats."""
-    args = (keys.prefix, due_cap)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, due_cap)
     return ScriptCall(scripts.load("metrics"), keys.script_keys, args, None, keys.slot_keys)
 
 

@@ -52,6 +52,7 @@ from ..validation import (
     when_due,
 )
 from . import cleaning
+from .events import events_cap
 from .lease import (
     LEASE_BUDGET,
     LEASE_CHUNK,
@@ -141,14 +142,21 @@ def add_call(
     wait: Wait = None,
 ) -> ScriptCall:
     """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
-    args = (keys.prefix, skip_check, delay_ms, due_ms, ttl_ms, *items)
+    args: tuple[scripts.Arg, ...] = (
+        *keys.script_args,
+        skip_check,
+        delay_ms,
+        due_ms,
+        ttl_ms,
+        *items,
+    )
     return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
 
 
 @builds("renew")
 def renew_call(keys: QueueKeys, item_id: str, token: str, lease_ms: int) -> ScriptCall:
     """``lua/renew.lua``: extend the lease on ``item_id`` while it holds ``token``."""
-    args = (keys.prefix, item_id, token, lease_ms)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, token, lease_ms)
     return ScriptCall(scripts.load("renew"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -163,7 +171,14 @@ def release_call(
     reason: str | None = None,
 ) -> ScriptCall:
     """``lua/release.lua``: give ``item_id`` back while it holds ``token``."""
-    args: tuple[scripts.Arg, ...] = (keys.prefix, item_id, token, delay_ms, max_deliveries, undo)
+    args: tuple[scripts.Arg, ...] = (
+        *keys.script_args,
+        item_id,
+        token,
+        delay_ms,
+        max_deliveries,
+        undo,
+    )
     if reason is not None:
         args += (reason,)
     return ScriptCall(scripts.load("release"), keys.script_keys, args, None, keys.slot_keys)
@@ -172,7 +187,7 @@ def release_call(
 @builds("complete")
 def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
     """``lua/complete.lua``: complete the items ``ids``."""
-    args = (keys.prefix, *ids)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, *ids)
     return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
 
 
@@ -181,14 +196,14 @@ def complete_result_call(
     keys: QueueKeys, keep_ms: int, item_id: str, result: bytes, *, wait: Wait = None
 ) -> ScriptCall:
     """``lua/complete_result.lua``: complete ``item_id`` and keep ``result`` for ``keep_ms``."""
-    args = (keys.prefix, keep_ms, item_id, result)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, keep_ms, item_id, result)
     return ScriptCall(scripts.load("complete_result"), keys.script_keys, args, wait, keys.slot_keys)
 
 
 @builds("stats")
 def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
-    args = (keys.prefix, first, last)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
     return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -198,14 +213,14 @@ def peek_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCal
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args = (keys.prefix, first, last, preview)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
     return ScriptCall(scripts.load("peek"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("pending")
 def pending_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/pending.lua``: the processing list's entries first..last, with their leases."""
-    args = (keys.prefix, first, last)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
     return ScriptCall(scripts.load("pending"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -215,21 +230,21 @@ def dead_letters_call(keys: QueueKeys, first: int, last: int, preview: int) -> S
 
     ``preview`` is how many bytes of each dead letter's data come back (-1: all of it).
     """
-    args = (keys.prefix, first, last, preview)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
     return ScriptCall(scripts.load("dead_letters"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("requeue_dead")
 def requeue_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/requeue_dead.lua``: requeue the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args = (keys.prefix, which, *chosen)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
     return ScriptCall(scripts.load("requeue_dead"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("purge_dead")
 def purge_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/purge_dead.lua``: delete the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args = (keys.prefix, which, *chosen)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
     return ScriptCall(scripts.load("purge_dead"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -308,6 +323,8 @@ class QueueOps:
         #: This queue's part of every script's KEYS and ARGV, and the keys named from them.
         self.script_keys = keys.script_keys
         self.script_args = keys.script_args
+        #: The cap of the queue's event stream, or None with events off.
+        self.events_maxlen = events_cap(keys)
         self.slot_keys = keys.slot_keys
         self.plan = LeasePlan([self])
         #: What this queue's light cleans carry from one pass to the next.

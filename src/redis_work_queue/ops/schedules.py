@@ -416,7 +416,7 @@ def schedule_set_call(
     keys: QueueKeys, name: str, spec: str, data: bytes, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_set.lua``: create or replace schedule ``name``."""
-    args = (keys.prefix, name, spec, data, next_ms)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, spec, data, next_ms)
     return ScriptCall(scripts.load("schedule_set"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -425,14 +425,14 @@ def schedule_change_call(
     keys: QueueKeys, name: str, action: str, spec: str, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_change.lua``: pause, resume or remove schedule ``name``."""
-    args = (keys.prefix, name, action, spec, next_ms)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, action, spec, next_ms)
     return ScriptCall(scripts.load("schedule_change"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("schedule_due")
 def schedule_due_call(keys: QueueKeys, owner: str, turn_ms: int, limit: int) -> ScriptCall:
     """``lua/schedule_due.lua``: the due schedules (taking the fleet's turn when ``owner``)."""
-    args = (keys.prefix, owner, turn_ms, limit)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, owner, turn_ms, limit)
     return ScriptCall(scripts.load("schedule_due"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -443,7 +443,7 @@ def schedule_fire_call(keys: QueueKeys, *schedules: scripts.Arg) -> ScriptCall:
     ``schedules`` holds, for each schedule, its name, the definition read, the due time read,
     the next due time, the overlap flag, the number of ids, then the ids (see :func:`firing`).
     """
-    args = (keys.prefix, *schedules)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, *schedules)
     return ScriptCall(scripts.load("schedule_fire"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -457,7 +457,7 @@ def firing(
 @builds("schedule_list")
 def schedule_list_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/schedule_list.lua``: the schedules of ranks first..last."""
-    args = (keys.prefix, first, last)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
     return ScriptCall(scripts.load("schedule_list"), keys.script_keys, args, None, keys.slot_keys)
 
 

@@ -26,14 +26,14 @@ COMPLETE_CHUNK = 500
 @builds("snapshot")
 def snapshot_call(keys: QueueKeys, part: str, max_bytes: int, *entries: scripts.Arg) -> ScriptCall:
     """``lua/snapshot.lua``: one page of one part of the queue (``entries`` says which)."""
-    args = (keys.prefix, part, max_bytes, *entries)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, part, max_bytes, *entries)
     return ScriptCall(scripts.load("snapshot"), keys.script_keys, args, None, keys.slot_keys)
 
 
 @builds("complete_held")
 def complete_held_call(keys: QueueKeys, *held: str) -> ScriptCall:
     """``lua/complete_held.lua``: complete items still held (an id, then its lease value, each)."""
-    args = (keys.prefix, *held)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, *held)
     script = scripts.load("complete_held")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
