@@ -119,7 +119,12 @@ class Batch:
     def _look(self, count: int, block: bool) -> Steps[list[tuple[QueueBase, Item]]]:
         core = self.core
         ops = core.ops
-        if count == 1 or (len(ops) > 1 and not (yield Ask("together", _slot_keys(ops)))):
+        sharded = any(getattr(o, "shard_for", None) is not None for o in ops)
+        if (
+            count == 1
+            or sharded  # a sharded queue leases through its own walk of the shards
+            or (len(ops) > 1 and not (yield Ask("together", _slot_keys(ops))))
+        ):
             found = yield from core.lease_one(block)
             return [] if found is None else [found]
         options = core.options
