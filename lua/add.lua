@@ -3,20 +3,23 @@
 --#include events.lua
 --#include wake.lua
 --#include delay.lua
+--#include group.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) skip_check: '1' to skip the existence check ('p': skip it, for one item queued on a
 --   caller's pipeline), '0' to add only items whose ids are new
 -- arg(2) delay_ms: the delay in ms (0: none)
 -- arg(3) due_ms: the due time in ms since the epoch (0: none; wins over the delay)
 -- arg(4) ttl_ms: the time to live in ms (0: none)
--- arg(5...) items: an id and its data, for each item
+-- arg(5) grouped: '1' when each item comes with its group (an id, its data and its group, ''
+--   for none), '0' when it comes without (an id and its data)
+-- arg(6...) items: an id and its data (and its group), for each item
 -- Returns, per item, 1 when it was added and 0 when its id existed already (nothing changed);
 -- with 'p', a plain 1, as the reference client's SET replies on a pipeline.
 -- Keeps: the data keys are written before the ids are pushed; an existing item is never queued
 -- a second time (unless the check is skipped); a new item starts without bookkeeping (a count
 -- left by a client of another implementation is dropped); a delayed item holds a delay lease,
 -- so no cleaner queues it early; every key the call may write is type-checked before its first
--- write.
+-- write. A grouped item waits on its group's list (group.lua), and P:grouped names its group.
 -- overwrite: no existence check (an existing item's data is replaced and its id queued again).
 local overwrite = arg(1) ~= '0'
 local delay, at, ttl = tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4))
@@ -33,11 +36,17 @@ end
 -- one MSET (one SET each with a time to live); otherwise the call fails as a single SET ... GET
 -- would, or, with the existence check, goes on one SET NX at a time. A delayed item's lease key
 -- is replaced.
-local items, leases = {}, {}
-for i = NQ + 5, #ARGV, 2 do
+local STRIDE = arg(5) == '1' and 3 or 2
+local items, leases, groups, named = {}, {}, {}, {}
+for i = NQ + 6, #ARGV, STRIDE do
   items[#items + 1] = Q.item .. ARGV[i]
   if due > now then
     leases[#leases + 1] = Q.lease .. ARGV[i]
+  end
+  local g = STRIDE == 3 and ARGV[i + 2] or ''
+  if g ~= '' then
+    groups[#items] = g
+    named[#named + 1] = Q.group .. g
   end
 end
 -- olds: each data key's value before the call (several items, unless each is written by a
@@ -60,11 +69,16 @@ else
   check_types('string', leases)
 end
 check_wake(Q)
+if #named > 0 then
+  check_types('hash', {Q.grouped, Q.groups_state}, 'list', {Q.groups}, 'list', named)
+end
 -- An item is written (ok) unless the existence check finds its id (or an earlier copy of it in
 -- the batch: the first copy wins); it is fresh when it is new (its bookkeeping is dropped).
 local added, later, ready, fresh_ids, writes, seen, written = {}, {}, {}, {}, {}, {}, 0
+local mine, tagged = {}, {}
 for k, key in ipairs(items) do
-  local id, data = ARGV[NQ + 3 + 2 * k], ARGV[NQ + 4 + 2 * k]
+  local at_k = NQ + 6 + STRIDE * (k - 1)
+  local id, data = ARGV[at_k], ARGV[at_k + 1]
   local ok, fresh
   if known then
     ok = overwrite or not (olds[k] or seen[key])
@@ -96,8 +110,14 @@ for k, key in ipairs(items) do
     fresh_ids[#fresh_ids + 1] = id
   end
   if ok then
+    if groups[k] then
+      tagged[#tagged + 1] = id
+      tagged[#tagged + 1] = groups[k]
+    end
     if due > now then
       later[#later + 1] = id
+    elseif groups[k] then
+      mine[#mine + 1] = k
     else
       ready[#ready + 1] = id
     end
@@ -122,6 +142,15 @@ end
 if #fresh_ids > 0 and SIZES[Q.reasons] ~= 0 then
   redis.call('HDEL', Q.reasons, unpack(fresh_ids))
 end
+if #fresh_ids > 0 and (SIZES[Q.grouped] or 0) > 0 then
+  redis.call('HDEL', Q.grouped, unpack(fresh_ids))
+end
+if #tagged > 0 then
+  redis.call('HSET', Q.grouped, unpack(tagged))
+end
+for _, k in ipairs(mine) do
+  group_push(Q, groups[k], ARGV[NQ + 6 + STRIDE * (k - 1)], false)
+end
 if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))
   wake(Q, #ready)
@@ -130,7 +159,7 @@ count(Q, 'added', written)
 if Q.event_cap then
   for k = 1, #items do
     if added[k] == 1 then
-      emit(Q, 'added', ARGV[NQ + 3 + 2 * k])
+      emit(Q, 'added', ARGV[NQ + 6 + STRIDE * (k - 1)])
     end
   end
 end

@@ -8,6 +8,7 @@
 --#include stray.lua
 --#include finish.lua
 --#include rate.lua
+--#include group.lua
 -- KEYS[i] queue i's main queue and ARGV[i] its key prefix, for queues i = 1..n in priority order
 -- (see queue.lua)
 -- arg(1) lease_ms: the lease length in ms
@@ -31,7 +32,8 @@
 -- none: the ms until the next delayed item is due (-1 if none is), or CALL_AGAIN when the budget
 -- ran out on ids dropped or buried (none handed out): the caller calls again; or, when a
 -- queue's rate limit (rate.lua) held items back, RATE_WAIT - the ms until the caller's turn
--- (a turn is kept for a caller that will wait: register_ms > 0).
+-- (a turn is kept for a caller that will wait: register_ms > 0). A queue with fair groups
+-- (group.lua) takes its turns from its ring first, one item per turn.
 -- With a completion: {1 when this call completed the item (0 when it was done already), that
 -- reply}.
 -- Keeps: an id enters the processing list and gets its lease in the same step, so a leased item
@@ -87,6 +89,16 @@ for i = 1, NQ do
     check_types('zset', {q.dead}, 'hash', {q.counts})
   end
   rates[i] = rate_read(q, waiter)
+  -- The ring, read here: the group keys the turns write are checked when it holds groups.
+  local ring = redis.pcall('LLEN', q.groups)
+  if type(ring) == 'table' then
+    check_types('list', {q.groups})
+  end
+  q.ringed = ring ~= 0
+  if q.ringed then
+    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue})
+    check_wake(q)
+  end
   if register_ms > 0 or registered then
     check_types('zset', {q.waiting}, 'list', {q.wake})
   elseif i > 1 or not first_reads then
@@ -105,16 +117,8 @@ local function answer(value)
   end
   return {finished, value}
 end
-for i = 1, NQ do
-  local q = queues[i]
-  local max = tonumber(arg(8 + i))
-  if registered then
-    -- The caller looks again after a wait: a wake-up meant for it may have been taken.
-    drop_marker(q)
-  end
-  promote(q, now, BUDGET, i == 1 and first_reads)
-  local before = got
-  local upto = got + rate_allow(rates[i], now, wanted - got, register_ms > 0)
+-- Take items off q's main queue until got reaches upto (or the budget runs out).
+local function from_main(q, max, upto)
   while got < upto and budget > 0 do
     -- The oldest ids (at the tail; the oldest is the last) and their data, in one call each. The
     -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
@@ -129,7 +133,7 @@ for i = 1, NQ do
       ids = redis.call('LRANGE', q.queue, from, '-1')
     end
     if #ids == 0 then
-      break
+      return
     end
     local keys = {}
     for j, id in ipairs(ids) do
@@ -178,6 +182,98 @@ for i = 1, NQ do
       end
     end
   end
+end
+
+-- One turn of q's ring of groups (group.lua): pop the next group and hand out one of its items
+-- (the empty name: one of the main queue's); the group goes back to the ring while it has ready
+-- items and is below its cap. Returns false when the ring is empty.
+local function group_turn(q, max)
+  local g = redis.call('RPOP', q.groups)
+  if not g then
+    return false
+  end
+  local state = q.groups_state
+  if g == '' then
+    from_main(q, max, got + 1)
+    if redis.call('LLEN', q.queue) > 0 and redis.call('LLEN', q.groups) > 0 then
+      redis.call('LPUSH', q.groups, '')
+    else
+      redis.call('HDEL', state, 'q:')
+    end
+    return true
+  end
+  local s = redis.call('HMGET', state, 'p:' .. g, 'b:' .. g, 'cap', 'q:')
+  local busy, cap = tonumber(s[2] or '0'), tonumber(s[3] or '')
+  if cap == 0 then
+    cap = nil
+  end
+  local list = q.group .. g
+  -- A group list of another type reads as empty (it is left alone).
+  local id = not (s[1] or (cap and busy >= cap)) and redis.pcall('RPOP', list)
+  if type(id) ~= 'string' then
+    redis.call('HDEL', state, 'q:' .. g)
+    budget = budget - 1
+    return true
+  end
+  local data = redis.call('MGET', q.item .. id)[1]
+  local seen = redis.call('HGET', q.deliveries, id)
+  if max > 0 and data then
+    local err = wrong_type(bury_keys(q, {id}, {seen}, max))
+    if err then
+      -- Its dead letter cannot be written: the turn is undone before the error.
+      redis.call('RPUSH', list, id)
+      redis.call('RPUSH', q.groups, g)
+      error(err, 0)
+    end
+  end
+  local n, leased = take(q, id, data, ms, stamp, max, once, now, seen)
+  if n then
+    local k = #out
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = q.index, id, data, n
+    got = got + 1
+    if once then
+      redis.call('HDEL', q.grouped, id)
+    else
+      redis.call('LPUSH', q.processing, id)
+      redis.call('HSET', q.deliveries, id, n == 1 and '1' or n)
+      busy = redis.call('HINCRBY', state, 'b:' .. g, '1')
+    end
+  else
+    if leased then
+      watch(q, id)
+    else
+      redis.call('HDEL', q.grouped, id)
+    end
+    budget = budget - 1
+  end
+  if (not cap or busy < cap) and redis.call('LLEN', list) > 0 then
+    redis.call('LPUSH', q.groups, g)
+  else
+    redis.call('HDEL', state, 'q:' .. g)
+  end
+  -- The main queue takes its turns too while groups are on the ring.
+  if not s[4] and redis.call('LLEN', q.queue) > 0 then
+    redis.call('LPUSH', q.groups, '')
+    redis.call('HSET', state, 'q:', '1')
+  end
+  return true
+end
+
+for i = 1, NQ do
+  local q = queues[i]
+  local max = tonumber(arg(8 + i))
+  if registered then
+    -- The caller looks again after a wait: a wake-up meant for it may have been taken.
+    drop_marker(q)
+  end
+  promote(q, now, BUDGET, i == 1 and first_reads)
+  local before = got
+  local upto = got + rate_allow(rates[i], now, wanted - got, register_ms > 0)
+  if q.ringed then
+    while got < upto and budget > 0 and group_turn(q, max) do
+    end
+  end
+  from_main(q, max, upto)
   rate_wait = rate_spend(q, rates[i], now, got - before, rate_wait)
   if got >= wanted then
     break
@@ -208,7 +304,8 @@ for i = 1, NQ do
   end
   -- A caller blocked on one queue waits on its main queue, which any push wakes: it is
   -- registered only when a delayed item may need to wake it sooner (see schedule in delay.lua).
-  if register_ms > 0 and (NQ > 1 or due >= 0) then
+  -- So is one on a queue with groups: an item that comes to a group wakes it (group.lua).
+  if register_ms > 0 and (NQ > 1 or due >= 0 or redis.call('EXISTS', q.groups_state) == 1) then
     join(q, waiter, now, register_ms)
   end
 end

@@ -5,6 +5,7 @@
 --#include delay.lua
 --#include take.lua
 --#include hold.lua
+--#include group.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) budget: the most ids to examine
 -- arg(2) max_deliveries: the queue's max deliveries (0: no limit)
@@ -18,13 +19,16 @@
 -- deep clean) buried when it has been delivered max times, else pushed onto the main queue.
 -- Repeated calls rotate through the whole list in its own order: the list is only ever pushed at
 -- its head, so n pops from the tail (by any light clean) reach every id that was within n of it.
+-- A grouped item (group.lua) leaves its group's count and is requeued onto its group's list.
 -- Keeps: an item with a live lease is never requeued, and a requeued id leaves the processing
 -- list in the same step, so it is never both queued and leased. Every key that may be written is
 -- read first: a key of the wrong type fails the call before anything is written.
 local budget, max, due = tonumber(arg(1)), tonumber(arg(2)), tonumber(arg(3))
 check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons, Q.counts},
   'zset', {Q.dead, Q.delayed, Q.waiting})
+check_groups(Q)
 local ids = redis.call('LRANGE', Q.processing, -budget, -1)
+local groups = groups_of(Q, ids)
 local data, leases = {}, {}
 for i = #ids, 1, -1 do
   data[i] = redis.call('GET', Q.item .. ids[i])
@@ -37,13 +41,19 @@ if #ids > 0 then
   redis.call('RPOP', Q.processing, #ids)
 end
 local dropped, buried = 0, 0
-local seen, live, back = {}, {}, {}
+local seen, live, back, regrouped = {}, {}, {}, 0
 for i = #ids, 1, -1 do
   local id = ids[i]
+  local g = not seen[id] and groups[i]
   if seen[id] then
     dropped = dropped + 1
   elseif not data[i] then
     forget(Q, id)
+    if g then
+      -- Its data lapsed (a time to live) while it was in flight.
+      redis.call('HDEL', Q.grouped, id)
+      group_done(Q, g)
+    end
     dropped = dropped + 1
   elseif leases[i] and not is_hold(leases[i]) then
     live[#live + 1] = id
@@ -56,11 +66,21 @@ for i = #ids, 1, -1 do
       emit(Q, 'expired', id, n, 'lease expired')
       bury(Q, id, data[i], n, 'lease expired', now)
       buried = buried + 1
+      if g then
+        redis.call('HDEL', Q.grouped, id)
+        group_done(Q, g)
+      end
     else
       if n > 0 then
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
-      back[#back + 1] = id
+      if g then
+        group_done(Q, g)
+        group_push(Q, g, id, false)
+        regrouped = regrouped + 1
+      else
+        back[#back + 1] = id
+      end
       emit(Q, 'expired', id, n, 'lease expired')
       emit(Q, 'retried', id, n)
     end
@@ -76,6 +96,6 @@ end
 if #back > 0 then
   wake(Q, #back)
 end
-count(Q, 'expired', #back + buried)
-count(Q, 'retried', #back)
-return {#ids, #back, dropped, buried, promoted, elapsed()}
+count(Q, 'expired', #back + regrouped + buried)
+count(Q, 'retried', #back + regrouped)
+return {#ids, #back + regrouped, dropped, buried, promoted, elapsed()}

@@ -4,6 +4,7 @@
 --#include wake.lua
 --#include delay.lua
 --#include take.lua
+--#include group.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) item_id: the item's id
 -- arg(2) token: the lease value the caller holds
@@ -17,7 +18,8 @@
 -- item no longer exists); then nothing changed.
 -- Keeps: only the lease holder can release; the item leaves the processing list and enters the
 -- main queue, the delayed set or the dead-letter store in the same step; every key the call may
--- write is type-checked before its first write.
+-- write is type-checked before its first write. A grouped item leaves its group's count and
+-- goes back to its group's list (or is delayed, or buried, and leaves P:grouped).
 local id, held, delay, max, undo, reason = arg(1), arg(2), tonumber(arg(3)), tonumber(arg(4)), arg(5) == '1', arg(6)
 local lease = Q.lease .. id
 if redis.call('GET', lease) ~= held then
@@ -32,10 +34,18 @@ if data and not undo then
   check_types(bury_keys(Q, {id}, {n}, max))
 end
 check_wake(Q)
+check_groups(Q)
+local g = groups_of(Q, {id})[1]
 redis.call('DEL', lease)
 redis.call('LREM', Q.processing, -1, id)
+if g then
+  group_done(Q, g)
+end
 if not data then
   forget(Q, id)
+  if g then
+    redis.call('HDEL', Q.grouped, id)
+  end
   return 0
 end
 if undo then
@@ -44,7 +54,7 @@ if undo then
   else
     redis.call('HDEL', Q.deliveries, id)
   end
-  enqueue(Q, id, true)
+  requeue(Q, id, true, g or false)
   count(Q, 'retried')
   emit(Q, 'retried', id, n - 1)
   return 1
@@ -57,12 +67,15 @@ count(Q, 'failed')
 emit(Q, 'failed', id, n, reason)
 if max > 0 and n >= max then
   bury(Q, id, data, n, reason or redis.call('HGET', Q.reasons, id), now)
+  if g then
+    redis.call('HDEL', Q.grouped, id)
+  end
   return 2
 end
 if delay > 0 then
   schedule(Q, id, now + delay, now)
 else
-  enqueue(Q, id, false)
+  requeue(Q, id, false, g or false)
 end
 count(Q, 'retried')
 emit(Q, 'retried', id, n)

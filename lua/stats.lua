@@ -4,12 +4,21 @@
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) first: the first index of the processing-list chunk to inspect
 -- arg(2) last: its last index
--- Returns {queued, processing, delayed, dead, examined, live, gone, rate}: the lengths of the main
+-- arg(3...) groups: groups whose counts to read (see group.lua)
+-- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap, groups}: the lengths of the main
 -- queue and the processing list, the numbers of delayed and dead items, of the chunk's ids how
 -- many were examined, how many have a live lease, and how many are entries of completed items (no
 -- lease, no data key) left for the light clean to drop; and the queue's rate limit, {count,
--- per_ms, burst} (see rate.lua; count false or '0' when it has none).
+-- per_ms, burst} (see rate.lua; count false or '0' when it has none); the number of grouped
+-- items (in any state), the group concurrency (false for none), and for each group asked,
+-- {ready, in flight, paused}.
 -- Keeps: read only.
+local groups = {}
+for i = NQ + 3, #ARGV do
+  local g = ARGV[i]
+  local s = redis.call('HMGET', Q.groups_state, 'b:' .. g, 'p:' .. g)
+  groups[#groups + 1] = {redis.call('LLEN', Q.group .. g), tonumber(s[1] or '0'), s[2] and 1 or 0}
+end
 local chunk = redis.call('LRANGE', Q.processing, arg(1), arg(2))
 local live, gone = 0, 0
 for _, id in ipairs(chunk) do
@@ -23,4 +32,5 @@ return {
   redis.call('LLEN', Q.queue), redis.call('LLEN', Q.processing), redis.call('ZCARD', Q.delayed),
   redis.call('ZCARD', Q.dead), #chunk, live, gone,
   redis.call('HMGET', Q.rate, 'count', 'per_ms', 'burst'),
+  redis.call('HLEN', Q.grouped), redis.call('HGET', Q.groups_state, 'cap'), groups,
 }

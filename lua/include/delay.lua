@@ -3,6 +3,7 @@
 -- implementation (which requeues unleased items that are in neither list) leaves it alone.
 --#include queue.lua
 --#include wake.lua
+--#include group.lua
 -- Keys: P:delayed, P:lease:<id>, the main queue (and, through wake.lua, P:wake).
 -- Defines: schedule, promote, next_due.
 -- Keeps: a delayed item is in P:delayed with a delay lease, or it is queued (or leased).
@@ -39,6 +40,11 @@ local function promote(q, now, budget, unchecked)
     check_types('list', {q.queue})
     check_wake(q)
   end
+  if SIZES[q.grouped] == nil then
+    check_groups(q)
+    check_types('list', {q.queue})
+    check_wake(q)
+  end
   local leases = {}
   for i, id in ipairs(due) do
     leases[i] = q.lease .. id
@@ -56,7 +62,7 @@ local function promote(q, now, budget, unchecked)
       held = redis.call('LPOS', q.queue, id) or redis.call('LPOS', q.processing, id)
     end
     if not held and redis.call('EXISTS', q.item .. id) == 1 then
-      enqueue(q, id, true)
+      requeue(q, id, true)
     end
   end
   return #due

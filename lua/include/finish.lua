@@ -1,7 +1,10 @@
 -- finish: complete items (mark them done and remove every trace of them).
 --#include queue.lua
 --#include events.lua
--- Keys: P:item:<id>, P:lease:<id>, P:processing, P:delayed, P:deliveries, P:reasons, P:counts.
+--#include wake.lua
+--#include group.lua
+-- Keys: P:item:<id>, P:lease:<id>, P:processing, P:delayed, P:deliveries, P:reasons, P:counts;
+-- P:grouped and, for a grouped item, its group's keys (group.lua).
 -- Defines: finish.
 -- Keeps: exactly one call completes an item; no bookkeeping of an item is left behind; every key
 -- finish may write is type-checked before its first write (a lease key of another type is left
@@ -10,7 +13,8 @@
 -- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
 -- design's cleaners do), so completing one item never scans the whole list. A batch removes an
 -- entry per id (LREM), or, when its ids are the list's oldest entries (a batch completed as it
--- was leased), those entries at once (LTRIM).
+-- was leased), those entries at once (LTRIM). A grouped item that was in flight (leased, or on
+-- the processing list) leaves its group's count.
 
 -- How far from either end of the processing list an id is looked for. (As a string: the server
 -- formats a number argument with printf on every call.)
@@ -72,8 +76,16 @@ local function finish(q, ids, checked)
   -- which items exist too (their SIZES; an empty one reads as none: EXISTS then tells), so that
   -- they and the leases go in one DEL; an id named twice is completed once.
   local sets = #delayed > 0 and {q.delayed} or {}
-  local hashes = checked and {q.counts} or {q.deliveries, q.reasons, q.counts}
+  local hashes = checked and {q.counts, q.grouped} or {q.deliveries, q.reasons, q.counts, q.grouped}
   check_types('string', items, 'hash', hashes, 'zset', sets)
+  local groups, some = groups_of(q, ids), false
+  for j = 1, #ids do
+    some = some or groups[j]
+  end
+  if some then
+    check_types('list', {q.groups, q.queue}, 'hash', {q.groups_state})
+    check_wake(q)
+  end
   local done, gone, completed = {}, {}, 0
   for j, key in ipairs(items) do
     done[j] = 0
@@ -108,6 +120,19 @@ local function finish(q, ids, checked)
   end
   if SIZES[q.reasons] ~= 0 then
     redis.call('HDEL', q.reasons, unpack(ids))
+  end
+  local grouped = {}
+  for j, id in ipairs(ids) do
+    local g = groups[j]
+    if g then
+      grouped[#grouped + 1] = id
+      if done[j] == 1 and ((held[j] and held[j] ~= DELAY_TOKEN) or near[j]) then
+        group_done(q, g)
+      end
+    end
+  end
+  if #grouped > 0 then
+    redis.call('HDEL', q.grouped, unpack(grouped))
   end
   count(q, 'completed', completed)
   if q.event_cap then

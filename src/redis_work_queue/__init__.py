@@ -24,7 +24,7 @@ from .errors import (
     WorkQueueError,
     WrongKeyTypeError,
 )
-from .flow import RateLimit
+from .flow import GroupStats, RateLimit
 from .item import Item
 from .keyprefix import KeyPrefix
 from .ops.events import Event
@@ -104,6 +104,7 @@ __all__ = [
     "PendingItem",
     "QueueStats",
     "QueuedItem",
+    "GroupStats",
     "RateLimit",
     "Released",
     "Renewed",

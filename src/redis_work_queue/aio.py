@@ -55,10 +55,14 @@ class AsyncWorkQueue(QueueBase):
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | None = None,
     ) -> bool:
         """See :meth:`WorkQueue.add_item`."""
         return await arun(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
+            db,
+            self.ops.add_one(
+                item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas, group=group
+            ),
         )
 
     async def add_unique_item(
@@ -82,10 +86,14 @@ class AsyncWorkQueue(QueueBase):
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | Sequence[str | None] | None = None,
     ) -> list[bool]:
         """See :meth:`WorkQueue.add_items`."""
         return await arun(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
+            db,
+            self.ops.add(
+                items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas, group=group
+            ),
         )
 
     def add_unique_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
@@ -229,9 +237,9 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.purge_dead`."""
         return await arun(db, self.ops.purge_dead(ids))
 
-    async def stats(self, db: AsyncClient) -> QueueStats:
+    async def stats(self, db: AsyncClient, groups: Iterable[str] | None = None) -> QueueStats:
         """See :meth:`WorkQueue.stats`."""
-        return await arun(db, self.ops.stats())
+        return await arun(db, self.ops.stats(groups))
 
     async def counts(self, db: AsyncClient) -> QueueCounts:
         """See :meth:`WorkQueue.counts`."""
@@ -379,6 +387,18 @@ class AsyncWorkQueue(QueueBase):
     async def set_rate_limit(self, db: AsyncClient, limit: RateLimit | None) -> None:
         """See :meth:`WorkQueue.set_rate_limit`."""
         await arun(db, flow_ops.set_rate_limit(self.ops, limit))
+
+    async def set_group_concurrency(self, db: AsyncClient, limit: int | None) -> None:
+        """See :meth:`WorkQueue.set_group_concurrency`."""
+        await arun(db, flow_ops.set_group_concurrency(self.ops, limit))
+
+    async def pause_group(self, db: AsyncClient, group: str) -> bool:
+        """See :meth:`WorkQueue.pause_group`."""
+        return await arun(db, flow_ops.pause_group(self.ops, group))
+
+    async def resume_group(self, db: AsyncClient, group: str) -> bool:
+        """See :meth:`WorkQueue.resume_group`."""
+        return await arun(db, flow_ops.resume_group(self.ops, group))
 
     async def events(
         self, db: AsyncClient, since: str = "0", block: float | None = None

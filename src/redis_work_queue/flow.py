@@ -6,6 +6,7 @@ See ``docs/flow-control.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -89,6 +90,12 @@ def _number(raw: bytes | str | bool | None) -> float | None:
         return None
 
 
+def parse_cap(raw: bytes | str | bool | None) -> int | None:
+    """The group concurrency kept in ``<prefix>:groups:state``; None for none."""
+    value = _number(raw)
+    return int(value) if value and value >= 1 else None
+
+
 def parse_rate(reply: list[bytes | str | bool | None]) -> RateLimit | None:
     """The limit of ``HMGET <prefix>:rate count per_ms burst``; None when the queue has none."""
     count, per_ms, burst = (_number(raw) for raw in reply)
@@ -98,3 +105,95 @@ def parse_rate(reply: list[bytes | str | bool | None]) -> RateLimit | None:
         return RateLimit(int(count) if count.is_integer() else count, per_ms / 1000, int(burst))
     except InvalidArgumentError:
         return None
+
+
+#: The longest group name, in bytes of UTF-8.
+MAX_GROUP_BYTES = 256
+
+#: The ``group`` argument of ``add_items``: one group for every item, or one per item (None for
+#: an item without one), or None for none.
+GroupArg = str | Sequence[str | None] | None
+
+
+def check_group(group: object, what: str = "group") -> str:
+    """``group`` checked to be a group name: text of 1 to :data:`MAX_GROUP_BYTES` bytes.
+
+    Raises:
+        InvalidArgumentTypeError: It is not a str.
+        InvalidArgumentError: It is empty or too long.
+    """
+    if not isinstance(group, str):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a str (a group name), not {type(group).__name__}"
+        )
+    if not group:
+        raise InvalidArgumentError(f"{what} must not be empty: name the group, or pass None")
+    size = len(group.encode("utf-8", "surrogatepass"))
+    if size > MAX_GROUP_BYTES:
+        raise InvalidArgumentError(
+            f"{what} is {size} bytes long; a group name holds at most {MAX_GROUP_BYTES} bytes"
+        )
+    return group
+
+
+def check_groups(group: object, count: int) -> list[str | None] | None:
+    """The group of each of ``count`` items from ``add_items``'s ``group`` argument.
+
+    ``group`` is None (no item has a group: None is returned), one name for every item, or a
+    sequence of ``count`` entries, each a name or None.
+
+    Raises:
+        InvalidArgumentTypeError: It is of another type, or an entry is.
+        InvalidArgumentError: A name is empty or too long, or the sequence's length is not
+            ``count``.
+    """
+    if group is None:
+        return None
+    if isinstance(group, str):
+        return [check_group(group)] * count
+    if isinstance(group, bytes | bytearray) or not isinstance(group, Sequence):
+        raise InvalidArgumentTypeError(
+            "group must be a str, a sequence of one str or None per item, or None, not "
+            f"{type(group).__name__}"
+        )
+    if len(group) != count:
+        raise InvalidArgumentError(
+            f"group holds {len(group)} entries for {count} items: give one group (or None) "
+            "per item, or one str for all"
+        )
+    return [None if g is None else check_group(g, f"group[{k}]") for k, g in enumerate(group)]
+
+
+def check_group_concurrency(value: object) -> int | None:
+    """``value`` checked to be a positive int, or None (no cap).
+
+    Raises:
+        InvalidArgumentError: It is not a positive int (InvalidArgumentTypeError when it is
+            not an int).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(
+            f"group_concurrency must be a positive int or None, not {type(value).__name__}"
+        )
+    if value < 1:
+        raise InvalidArgumentError(
+            f"group_concurrency must be at least 1 (items of one group in flight), got {value}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One group's counts, as ``stats(groups=...)`` reports them.
+
+    Attributes:
+        ready: Its items waiting to be leased (its delayed items are not among them).
+        in_flight: Its items leased and not yet completed, released or requeued by a clean.
+        paused: Whether it is paused (``pause_group``).
+    """
+
+    ready: int
+    in_flight: int
+    paused: bool

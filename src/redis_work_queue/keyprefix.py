@@ -170,6 +170,10 @@ class QueueKeys:
     progress_prefix: str
     rate: str
     events: str
+    groups: str
+    groups_state: str
+    grouped: str
+    group_prefix: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name
@@ -229,6 +233,10 @@ class QueueKeys:
     def progress(self, item_id: str) -> str:
         """The last progress report of the leased ``item_id``."""
         return self.progress_prefix + item_id
+
+    def group(self, name: str) -> str:
+        """The list of the ready ids of group ``name``."""
+        return self.group_prefix + name
 
     def item_pattern(self) -> str:
         """A SCAN MATCH pattern for this queue's data keys, with the prefix glob-escaped."""

@@ -21,7 +21,7 @@ from typing import Literal
 from .errors import LuaSourceError
 
 #: Which keys a row names: one key per queue, or one per item, per worker or per Spark batch.
-Scope = Literal["queue", "item", "worker", "batch"]
+Scope = Literal["queue", "item", "worker", "batch", "group"]
 #: Who writes a key: the queue's scripts (every operation of the API), the worker runner (its
 #: heartbeat script and its light-clean turn), or the Spark data source.
 Writer = Literal["scripts", "runner", "spark"]
@@ -32,6 +32,7 @@ PLACEHOLDERS: dict[Scope, str] = {
     "item": "<id>",
     "worker": "<worker>",
     "batch": "<batch>",
+    "group": "<group>",
 }
 _SUFFIX = re.compile(r"(?::[a-z]+)+:?")
 
@@ -209,6 +210,25 @@ ROWS: tuple[KeyRow, ...] = (
         "events", ":events", "stream", "queue", _S, False,
         "with events on: one entry per change of an item (kind, id, delivery, reason), capped "
         "near `events_maxlen` entries",
+    ),
+    KeyRow(
+        "groups", ":groups", "list", "queue", _S, False,
+        "the ring of fair groups: each group with ready items, below its cap and not paused, "
+        "once (`''` stands for the ungrouped main queue while groups are there too); leased "
+        "from the right, pushed back on the left",
+    ),
+    KeyRow(
+        "groups_state", ":groups:state", "hash", "queue", _S, False,
+        "the groups' state: `b:<group>` -> items in flight, `q:<group>` -> on the ring, "
+        "`p:<group>` -> paused, `cap` -> the group concurrency of the fleet",
+    ),
+    KeyRow(
+        "grouped", ":grouped", "hash", "queue", _S, False,
+        "id -> group, of every grouped item (queued, delayed or leased)",
+    ),
+    KeyRow(
+        "group", ":group:", "list", "group", _S, False,
+        "one group's ready ids: pushed on the left, leased from the right",
     ),
 )
 # fmt: on

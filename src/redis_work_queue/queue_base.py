@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .flow import RateLimit, check_rate_limit
+from .flow import RateLimit, check_group_concurrency, check_rate_limit
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
 from .ops.events import EVENTS_MAXLEN, check_events
@@ -54,6 +54,12 @@ class QueueBase:
             events writes. Not with ``shards``.
         events_maxlen: With ``events``, keep about this many entries (XADD's approximate
             ``MAXLEN``: a few more may stay until Redis trims a whole node).
+        group_concurrency: At most this many items of one group in flight (leased and not yet
+            completed, released or requeued by a clean) across every worker of the queue (see
+            ``add_item``'s ``group``). Kept in Redis as the rate limit is: declared before this
+            object's first lease, stored only when none was ever set on the queue;
+            ``set_group_concurrency`` changes it at run time. None (the default) declares none.
+            Not with ``shards``.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -73,6 +79,7 @@ class QueueBase:
         rate_limit: RateLimit | None = None,
         events: bool = False,
         events_maxlen: int = EVENTS_MAXLEN,
+        group_concurrency: int | None = None,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -106,6 +113,9 @@ class QueueBase:
                 "keep its own limit; limit the queue unsharded, or leave rate_limit=None"
             )
         self.ops.rate_limit = check_rate_limit(rate_limit)
+        self.ops.group_concurrency = check_group_concurrency(group_concurrency)
+        if group_concurrency is not None:
+            self.ops.group_keys()  # refused on a sharded queue
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
         self._session = uuid.uuid4().hex
@@ -156,6 +166,11 @@ class QueueBase:
     def keep_results(self) -> float | None:
         """How long a completed item's result is kept, in seconds, or None."""
         return self.ops.keep_results_ms / 1000 or None
+
+    @property
+    def group_concurrency(self) -> int | None:
+        """The group concurrency this queue object declares (the one in force: ``stats()``)."""
+        return self.ops.group_concurrency
 
     @property
     def rate_limit(self) -> RateLimit | None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, TypeVar
 
 from .errors import InvalidArgumentError
-from .flow import RateLimit
+from .flow import GroupStats, RateLimit
 from .item import Item
 
 R = TypeVar("R")
@@ -25,6 +25,11 @@ class QueueStats:
         delayed: Items held back until a due time.
         dead: Items in the dead-letter store.
         rate_limit: The queue's rate limit as kept in Redis (see ``set_rate_limit``), or None.
+        grouped: Items that belong to a group, in any state (queued on their group's list,
+            delayed or leased); ``queued`` counts the main queue only.
+        group_concurrency: The cap on the items of one group in flight, as kept in Redis (see
+            ``set_group_concurrency``), or None.
+        groups: The counts of each group asked for with ``stats(groups=...)``, by name.
     """
 
     queued: int
@@ -33,6 +38,9 @@ class QueueStats:
     delayed: int
     dead: int
     rate_limit: RateLimit | None = None
+    grouped: int = 0
+    group_concurrency: int | None = None
+    groups: dict[str, GroupStats] = field(default_factory=dict)
 
 
 #: A record's ``size`` when it is not given: the length of its ``data``.

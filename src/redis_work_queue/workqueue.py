@@ -69,6 +69,7 @@ class WorkQueue(QueueBase):
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | None = None,
     ) -> bool:
         """Add an item unless an item with the same id already exists.
 
@@ -81,18 +82,26 @@ class WorkQueue(QueueBase):
             ttl: Seconds the item lives: if it is not completed by then, it disappears and is
                 never handed out again.
             replicas: Replicas that must acknowledge the add (WAIT); None uses the queue's.
+            group: The item's group (a name of 1 to 256 bytes of UTF-8, such as a tenant's
+                id): leases take from the groups with ready items in turn, whatever their
+                backlogs, and ``group_concurrency`` caps the items of one group in flight (see
+                Flow control in the docs). None (the default): the main queue, as before.
 
         Returns:
             True when the item was added; False when an item with this id exists already
             (queued, leased or delayed), in which case nothing changed.
 
         Raises:
-            InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
+            InvalidArgumentError: ``item`` is not an Item, ``delay``/``ttl`` is out of range,
+                or ``group`` is empty, too long or not a str, or given on a sharded queue.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
             ReplicationError: Too few replicas acknowledged the add in time.
         """
         return run(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
+            db,
+            self.ops.add_one(
+                item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas, group=group
+            ),
         )
 
     def add_unique_item(
@@ -123,6 +132,7 @@ class WorkQueue(QueueBase):
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | Sequence[str | None] | None = None,
     ) -> list[bool]:
         """Add many items: one script call per chunk of up to 500 items (or 4 MB of data).
 
@@ -136,12 +146,21 @@ class WorkQueue(QueueBase):
             delay: As for :meth:`add_item`, for every item.
             ttl: As for :meth:`add_item`, for every item.
             replicas: As for :meth:`add_item`, for every chunk.
+            group: As for :meth:`add_item`: one group (a str) for every item, or a sequence
+                holding one group (or None, for an item without one) per item, in order.
 
         Returns:
             One flag per item, in order: True when it was added, False when its id existed.
+
+        Raises:
+            InvalidArgumentError: As for :meth:`add_item`; or ``group``, a sequence, does not
+                hold one entry per item.
         """
         return run(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
+            db,
+            self.ops.add(
+                items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas, group=group
+            ),
         )
 
     def add_unique_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
@@ -530,13 +549,23 @@ class WorkQueue(QueueBase):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self, db: SyncClient) -> QueueStats:
+    def stats(self, db: SyncClient, groups: Iterable[str] | None = None) -> QueueStats:
         """Queued, leased, expired-awaiting-clean, delayed and dead counts.
 
         The processing list is checked in chunks of 2000 entries, so the counts are not one
         atomic snapshot of a busy queue.
+
+        Args:
+            db: The Redis client.
+            groups: Names of groups whose counts to read as well (at most 1000): each one's
+                ready and in-flight items and whether it is paused, in ``groups`` of the
+                result.
+
+        Raises:
+            InvalidArgumentError: A name of ``groups`` is not a valid group name, or there
+                are more than 1000.
         """
-        return run(db, self.ops.stats())
+        return run(db, self.ops.stats(groups))
 
     def counts(self, db: SyncClient) -> QueueCounts:
         """The queue's counters: items added, completed, failed, retried, dead, expired, requeued.
@@ -956,6 +985,60 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: ``<prefix>:rate`` holds the wrong Redis type.
         """
         run(db, flow_ops.set_rate_limit(self.ops, limit))
+
+    def set_group_concurrency(self, db: SyncClient, limit: int | None) -> None:
+        """Set the cap on the items of one group in flight for every worker, or remove it.
+
+        The cap is kept in Redis (``<prefix>:groups:state``) and every lease of this library
+        checks it: a group at its cap waits off the ring of groups until one of its items is
+        completed, released or requeued by a clean.
+
+        Args:
+            db: The Redis client.
+            limit: The new cap (a positive int), or None for none (a queue object's declared
+                ``group_concurrency`` is not sent again).
+
+        Raises:
+            InvalidArgumentError: ``limit`` is not a positive int or None, or the queue is
+                sharded.
+            WrongKeyTypeError: ``<prefix>:groups:state`` holds the wrong Redis type.
+        """
+        run(db, flow_ops.set_group_concurrency(self.ops, limit))
+
+    def pause_group(self, db: SyncClient, group: str) -> bool:
+        """Pause a group: no lease hands out its items until :meth:`resume_group`.
+
+        Its items stay queued on its list and may still be added; those in flight finish as
+        usual.
+
+        Args:
+            db: The Redis client.
+            group: The group's name.
+
+        Returns:
+            True when the group was not paused already.
+
+        Raises:
+            InvalidArgumentError: ``group`` is not a valid group name, or the queue is sharded.
+            WrongKeyTypeError: A key of the queue's groups holds the wrong Redis type.
+        """
+        return run(db, flow_ops.pause_group(self.ops, group))
+
+    def resume_group(self, db: SyncClient, group: str) -> bool:
+        """Resume a group paused by :meth:`pause_group`: it takes its turns again at once.
+
+        Args:
+            db: The Redis client.
+            group: The group's name.
+
+        Returns:
+            True when the group was paused.
+
+        Raises:
+            InvalidArgumentError: ``group`` is not a valid group name, or the queue is sharded.
+            WrongKeyTypeError: A key of the queue's groups holds the wrong Redis type.
+        """
+        return run(db, flow_ops.resume_group(self.ops, group))
 
     def events(
         self, db: SyncClient, since: str = "0", block: float | None = None

@@ -1,4 +1,5 @@
-"""Flow control: a queue's rate limit, set in Redis and enforced by the lease script.
+"""Flow control: a queue's rate limit and its fair groups, set in Redis and enforced by the
+lease script.
 
 The limit lives in ``<prefix>:rate`` (see ``lua/include/rate.lua``): every lease and claim of
 this library reads it before its first write and hands out only the items its token bucket
@@ -6,6 +7,12 @@ allows; a lease refused by it replies with the ms until the caller's turn, which
 lease (and so every worker runner) sleeps (see :mod:`.lease`). A queue object made with
 ``rate_limit=`` declares its limit before its first lease: the declaration is stored only when
 no limit was ever set on the queue, and :func:`set_rate_limit` changes it for the whole fleet.
+
+Groups (``lua/include/group.lua``): a grouped item waits on its group's list, and the lease
+script takes from the ring of groups in turn. The group concurrency lives in
+``<prefix>:groups:state`` (field ``cap``) and is declared and changed as the rate limit is
+(:func:`declare_rates`, :func:`set_group_concurrency`); :func:`pause_group` and
+:func:`resume_group` write the same hash.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import scripts
 from ..calls import ScriptCall, Steps
-from ..flow import RateLimit, check_rate_limit
+from ..flow import RateLimit, check_group, check_group_concurrency, check_rate_limit
 from ..keyprefix import QueueKeys
 from .registry import builds, operation
 
@@ -24,6 +31,7 @@ if TYPE_CHECKING:
 
 #: Where the docs describe flow control.
 DOCS = "flow-control.md#rate-limits"
+GROUP_DOCS = "flow-control.md#fair-groups"
 
 
 @builds("set_rate")
@@ -51,12 +59,45 @@ def set_rate_limit(queue: QueueOps, limit: RateLimit | None) -> Steps[None]:
 
 
 def declare_rates(queues: Sequence[QueueOps]) -> Steps[None]:
-    """Declare the rate limit of each of ``queues`` made with one, once per queue object.
+    """Declare the rate limit and the group concurrency of each of ``queues`` made with them,
+    once per queue object.
 
-    A declaration is stored only when no limit was ever set on the queue (see
-    ``lua/set_rate.lua``); it is part of the lease that follows it.
+    A declaration is stored only when none was ever set on the queue (see ``lua/set_rate.lua``
+    and ``lua/group_set.lua``); it is part of the lease that follows it.
     """
     for queue in queues:
         if queue.rate_limit is not None and not queue.rate_declared:
             yield _rate_call(queue.keys, "declare", queue.rate_limit)
             queue.rate_declared = True
+        if queue.group_concurrency is not None and not queue.cap_declared:
+            yield group_set_call(queue.keys, "declare", queue.group_concurrency)
+            queue.cap_declared = True
+
+
+@builds("group_set")
+def group_set_call(keys: QueueKeys, mode: str, value: scripts.Arg) -> ScriptCall:
+    """``lua/group_set.lua``: set (``'cap'``) or ``'declare'`` the group concurrency (0: none),
+    or ``'pause'`` or ``'resume'`` the group ``value``."""
+    args = (*keys.script_args, mode, value)
+    return ScriptCall(scripts.load("group_set"), keys.script_keys, args, None, keys.slot_keys)
+
+
+@operation(methods=("set_group_concurrency",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+def set_group_concurrency(queue: QueueOps, limit: int | None) -> Steps[None]:
+    """Set the cap on the items of one group in flight for the fleet, or remove it (None)."""
+    cap = check_group_concurrency(limit)
+    yield group_set_call(queue.group_keys(), "cap", cap or 0)
+
+
+@operation(methods=("pause_group",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+def pause_group(queue: QueueOps, group: str) -> Steps[bool]:
+    """Pause ``group``: True when it was not paused already."""
+    name = check_group(group)
+    return bool((yield group_set_call(queue.group_keys(), "pause", name)))
+
+
+@operation(methods=("resume_group",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+def resume_group(queue: QueueOps, group: str) -> Steps[bool]:
+    """Resume ``group``: True when it was paused."""
+    name = check_group(group)
+    return bool((yield group_set_call(queue.group_keys(), "resume", name)))

@@ -16,11 +16,20 @@ from .. import scripts
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
 from ..clients import Reply
 from ..errors import (
+    InvalidArgumentError,
     InvalidArgumentTypeError,
     OutcomeUnknownError,
     ReplicationError,
 )
-from ..flow import RateLimit, parse_rate
+from ..flow import (
+    GroupArg,
+    GroupStats,
+    RateLimit,
+    check_group,
+    check_groups,
+    parse_cap,
+    parse_rate,
+)
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..results import (
@@ -116,6 +125,8 @@ ADD_CHUNK_BYTES = 4 << 20
 COMPLETE_CHUNK = 500
 #: Processing-list entries whose lease one stats call checks.
 STATS_CHUNK = 2000
+#: The most groups one ``stats`` call reads.
+STATS_GROUPS = 1000
 #: Keys one flush step deletes.
 FLUSH_CHUNK = 1000
 #: Script calls sent per round trip by the operations that make many independent calls.
@@ -138,16 +149,19 @@ def add_call(
     delay_ms: int,
     due_ms: int,
     ttl_ms: int,
+    grouped: str,
     *items: scripts.Arg,
     wait: Wait = None,
 ) -> ScriptCall:
-    """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each; and its group when
+    ``grouped`` is ``'1'``)."""
     args: tuple[scripts.Arg, ...] = (
         *keys.script_args,
         skip_check,
         delay_ms,
         due_ms,
         ttl_ms,
+        grouped,
         *items,
     )
     return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
@@ -201,9 +215,10 @@ def complete_result_call(
 
 
 @builds("stats")
-def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
-    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
+def stats_call(keys: QueueKeys, first: int, last: int, *groups: str) -> ScriptCall:
+    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last (and
+    the counts of ``groups``)."""
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, *groups)
     return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -267,17 +282,35 @@ def parse_counts(reply: Any) -> QueueCounts:
     return QueueCounts(**found)
 
 
-def _add_chunks(items: Sequence[Item]) -> Iterator[Sequence[Item]]:
+def _group_names(groups: Iterable[str] | None) -> list[str]:
+    """The names of ``stats``'s ``groups``, checked (at most :data:`STATS_GROUPS`)."""
+    if groups is None:
+        return []
+    if isinstance(groups, str | bytes):
+        raise InvalidArgumentTypeError(
+            "stats's groups must be an iterable of group names, not one name: groups=[name]"
+        )
+    names = [check_group(name, "a name of stats's groups") for name in groups]
+    if len(names) > STATS_GROUPS:
+        raise InvalidArgumentError(
+            f"stats reads at most {STATS_GROUPS} groups per call, got {len(names)}"
+        )
+    return names
+
+
+def _add_chunks(items: Sequence[Item]) -> Iterator[tuple[int, Sequence[Item]]]:
+    """The items in chunks of one add call each, with the index of each chunk's first item."""
     chunk: list[Item] = []
-    size = 0
+    size = start = 0
     for item in items:
         if chunk and (len(chunk) >= ADD_CHUNK or size + len(item.data()) > ADD_CHUNK_BYTES):
-            yield chunk
+            yield start, chunk
+            start += len(chunk)
             chunk, size = [], 0
         chunk.append(item)
         size += len(item.data())
     if chunk:
-        yield chunk
+        yield start, chunk
 
 
 def _parse_token(value: bytes | str | None) -> tuple[str | None, float | None]:
@@ -333,6 +366,13 @@ class QueueOps:
         #: declaration has been sent.
         self.rate_limit: RateLimit | None = None
         self.rate_declared = False
+        #: The group concurrency this queue object declares, and whether it has been sent.
+        self.group_concurrency: int | None = None
+        self.cap_declared = False
+
+    def group_keys(self) -> QueueKeys:
+        """The keys that hold the queue's groups (see ``lua/include/group.lua``)."""
+        return self.keys
 
     def _wait(self, replicas: int | None) -> tuple[int, int] | None:
         """The WAIT of a write: the call's ``replicas`` or else the queue's; None for none."""
@@ -358,18 +398,26 @@ class QueueOps:
         delay: float | datetime | None = None,
         ttl: float | None = None,
         wait: Wait = None,
+        groups: Sequence[str | None] | None = None,
     ) -> ScriptCall:
         """The one call that adds ``items``, checking that each id is new unless ``skip_check``.
 
-        The options are checked here; the items are not (see :func:`check_item`).
+        ``groups``, when given, holds each item's group (checked by :func:`check_groups`), or
+        None for an item without one. The options are checked here; the items are not (see
+        :func:`check_item`).
         """
         delay_ms, due_ms = when_due(delay)
         ttl_ms = 0 if ttl is None else to_ms(ttl, "ttl")
         fields: list[scripts.Arg] = []
-        for item in items:
-            fields += (item.id(), item.data())
+        if groups is None:
+            for item in items:
+                fields += (item.id(), item.data())
+        else:
+            for item, group in zip(items, groups, strict=True):
+                fields += (item.id(), item.data(), group or "")
         flag = "1" if skip_check else "0"
-        return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
+        grouped = "0" if groups is None else "1"
+        return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, grouped, *fields, wait=wait)
 
     @operation(
         methods=("add_item_to_pipeline", "add_unique_item_to_pipeline"),
@@ -389,7 +437,7 @@ class QueueOps:
             InvalidArgumentError: ``item`` is not an Item.
         """
         item = check_item(item)
-        call = add_call(self.keys, "p", 0, 0, 0, item.id(), item.data())
+        call = add_call(self.keys, "p", 0, 0, 0, "0", item.id(), item.data())
         return call, Command(("LLEN", self.keys.queue))
 
     @operation(methods=("add_items",), scripts=("add",), commands=("WAIT",), writes=True, docs=API)
@@ -402,20 +450,27 @@ class QueueOps:
         replicas: int | None = None,
         *,
         one: bool = False,
+        group: GroupArg = None,
     ) -> Steps[list[bool]]:
         """Add items, in chunks; one flag per item, True when it was added.
 
         With ``one`` (a single item), a :class:`ReplicationError` carries that item's flag as
         its result and an :class:`OutcomeUnknownError` carries None; otherwise both carry the
-        flags of the chunks written before.
+        flags of the chunks written before. ``group``: see :func:`check_groups`.
         """
         checked = [check_item(item) for item in items]
+        groups = check_groups(group, len(checked))
+        if groups is not None:
+            self.group_keys()
         wait = self._wait(replicas)
         self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
         added: list[bool] = []
-        for chunk in _add_chunks(checked):
+        for start, chunk in _add_chunks(checked):
+            chunk_groups = None if groups is None else groups[start : start + len(chunk)]
             try:
-                reply: Reply = yield self.checked_add(chunk, skip_check, delay, ttl, wait)
+                reply: Reply = yield self.checked_add(
+                    chunk, skip_check, delay, ttl, wait, chunk_groups
+                )
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = added
@@ -439,13 +494,17 @@ class QueueOps:
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | None = None,
     ) -> Steps[bool]:
-        """Add one item; True when it was added."""
+        """Add one item (of ``group``, if given); True when it was added."""
+        if group is not None:
+            added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True, group=group)
+            return added[0]
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
             flag = "1" if skip_check else "0"
-            return bool((yield add_call(self.keys, flag, 0, 0, 0, item.id(), item.data()))[0])
+            return bool((yield add_call(self.keys, flag, 0, 0, 0, "0", item.id(), item.data()))[0])
         added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
         return added[0]
 
@@ -692,11 +751,19 @@ class QueueOps:
     # Inspection -------------------------------------------------------------------------------
 
     @operation(methods=("stats",), scripts=("stats",), cli="info", docs=API)
-    def stats(self) -> Steps[QueueStats]:
-        """The queue's counts; the processing list is checked in chunks."""
+    def stats(self, groups: Iterable[str] | None = None) -> Steps[QueueStats]:
+        """The queue's counts (and those of ``groups``); the processing list is checked in
+        chunks."""
+        names = _group_names(groups)
         start = live = examined = gone = 0
+        asked: list[Any] = []
         while True:
-            reply: list[Any] = yield stats_call(self.keys, start, start + STATS_CHUNK - 1)
+            chunk_groups = names if start == 0 else []
+            reply: list[Any] = yield stats_call(
+                self.keys, start, start + STATS_CHUNK - 1, *chunk_groups
+            )
+            if start == 0:
+                asked = reply[10]
             queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply[:7])
             examined += seen
             live += alive
@@ -712,6 +779,12 @@ class QueueOps:
             delayed=delayed,
             dead=dead,
             rate_limit=parse_rate(reply[7]),
+            grouped=int(reply[8]),
+            group_concurrency=parse_cap(reply[9]),
+            groups={
+                name: GroupStats(int(ready), int(busy), bool(paused))
+                for name, (ready, busy, paused) in zip(names, asked, strict=True)
+            },
         )
 
     @operation(methods=("counts",), commands=("HGETALL",), docs=API)

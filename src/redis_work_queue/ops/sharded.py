@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
+from ..flow import GroupArg
 from ..item import Item
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..results import (
@@ -259,8 +260,11 @@ class ShardedOps(QueueOps):
         replicas: int | None = None,
         *,
         one: bool = False,
+        group: GroupArg = None,
     ) -> Steps[list[bool]]:
         """Add items: one call per shard (per chunk), sent together; one flag per item."""
+        if group is not None:
+            self.group_keys()
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
         self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
@@ -309,8 +313,11 @@ class ShardedOps(QueueOps):
         delay: float | datetime | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
+        group: str | None = None,
     ) -> Steps[bool]:
         """Add one item, on its shard; True when it was added."""
+        if group is not None:
+            self.group_keys()
         item = check_item(item)
         common = delay is None and ttl is None and replicas is None and not self.replicas
         if common and (skip_check or not self.shards_before):
@@ -318,7 +325,7 @@ class ShardedOps(QueueOps):
             item_id = item.id()
             keys = self.shard_for(item_id).keys
             flag = "1" if skip_check else "0"
-            return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
+            return bool((yield add_call(keys, flag, 0, 0, 0, "0", item_id, item.data()))[0])
         if not skip_check and self.shards_before:
             self.checked_add([], skip_check, delay, ttl)
             if (yield from self._exists_elsewhere(item.id())):
@@ -472,8 +479,21 @@ class ShardedOps(QueueOps):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self) -> Steps[QueueStats]:
+    def group_keys(self) -> QueueKeys:
+        """Refuse groups: a group's turns and cap would be split over the shards.
+
+        Raises:
+            InvalidArgumentError: Always.
+        """
+        raise InvalidArgumentError(
+            "groups are not available on a sharded queue (shards > 1): each shard would keep "
+            "its own turns and group_concurrency; use groups on an unsharded queue"
+        )
+
+    def stats(self, groups: Iterable[str] | None = None) -> Steps[QueueStats]:
         """The counts of every shard, summed."""
+        if groups is not None:
+            self.group_keys()
         found = []
         for shard in self.shard_ops:
             found.append((yield from shard.stats()))

@@ -1,0 +1,34 @@
+-- group_set: set or declare the group concurrency of the fleet, or pause or resume a group (see
+-- group.lua).
+--#include queue.lua
+--#include wake.lua
+--#include group.lua
+-- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
+-- arg(1) mode: 'cap' to set the cap, 'declare' to set it only when none was ever set, 'pause'
+--   or 'resume' to pause or resume a group
+-- arg(2) value: the cap, items of one group in flight (0: none), or the group's name
+-- Returns 1 when the state was written (a group paused or resumed that was not already), 0
+-- when a declaration found a cap set already or nothing changed.
+-- Keeps: a paused group leaves the ring at its next turn and hands out nothing; a resumed one
+-- enters it again at once when it has ready items and is below its cap; a group held at a cap
+-- that is raised comes back at its next completion. Every key the call may write is
+-- type-checked before its first write.
+local mode, value = arg(1), arg(2)
+check_types('hash', {Q.groups_state})
+if mode == 'cap' or mode == 'declare' then
+  if mode == 'declare' and redis.call('HGET', Q.groups_state, 'cap') then
+    return 0
+  end
+  redis.call('HSET', Q.groups_state, 'cap', value)
+  return 1
+end
+if mode == 'pause' then
+  return redis.call('HSET', Q.groups_state, 'p:' .. value, '1')
+end
+check_types('list', {Q.groups, Q.queue})
+check_wake(Q)
+if redis.call('HDEL', Q.groups_state, 'p:' .. value) == 0 then
+  return 0
+end
+group_enter(Q, value)
+return 1

@@ -1,0 +1,91 @@
+-- group: fair groups. A grouped item waits on its group's list (P:group:<group>) instead of the
+-- main queue, and P:grouped names its group. The ring (P:groups) holds each group that has ready
+-- items, is below its cap (the fleet's group concurrency) and is not paused, once: a lease pops
+-- the group at its right end, takes one item of it and pushes it back on the left while it still
+-- qualifies, so the groups take turns. P:groups:state keeps, per group, its items in flight
+-- (b:<group>), whether it is on the ring (q:<group>) and whether it is paused (p:<group>), and
+-- the cap (field cap). While groups are on the ring, the ungrouped main queue takes its turns as
+-- one more member of it, the empty name '' (no group is named so).
+--#include queue.lua
+--#include wake.lua
+-- Keys: P:groups, P:groups:state, P:grouped, P:group:<group>; the main queue and P:wake (a
+-- group that comes back to the ring wakes a blocked worker).
+-- Defines: check_groups, groups_of, group_enter, group_push, group_done, requeue.
+-- Keeps: a group is on the ring at most once, exactly while its q: field is set; a group with
+-- ready items, below its cap and not paused is on the ring once its state last changed (an item
+-- added, an item done, resumed); every item of a group counts in b:<group> from its lease until
+-- it is completed, released, buried or requeued by a clean.
+
+-- Check the group keys a script may write, before its first write: P:grouped always, and the ring
+-- and the state when some item is grouped (SIZES then tells whether P:grouped holds any).
+local function check_groups(q)
+  check_types('hash', {q.grouped})
+  if SIZES[q.grouped] > 0 then
+    check_types('list', {q.groups}, 'hash', {q.groups_state})
+  end
+end
+
+-- The groups of ids (false for an ungrouped id), in one read; none are grouped when P:grouped is
+-- empty (as check_groups found it).
+local function groups_of(q, ids)
+  if SIZES[q.grouped] == 0 or #ids == 0 then
+    return {}
+  end
+  return redis.call('HMGET', q.grouped, unpack(ids))
+end
+
+-- Put group g on the ring unless it is on it, paused, at its cap or without ready items; wake a
+-- blocked worker when it does (an empty id on the main queue for a worker blocked on it alone,
+-- as schedule does in delay.lua, and a token on the wake list). The caller checks the ring, the
+-- state, the main queue and the wake list (check_wake) beforehand.
+local function group_enter(q, g)
+  local s = redis.call('HMGET', q.groups_state, 'q:' .. g, 'p:' .. g, 'b:' .. g, 'cap')
+  local cap = tonumber(s[4] or '')
+  if s[1] or s[2] or (cap and cap > 0 and tonumber(s[3] or '0') >= cap) then
+    return
+  end
+  local ready = redis.pcall('LLEN', q.group .. g)
+  if type(ready) ~= 'number' or ready == 0 then
+    return
+  end
+  redis.call('LPUSH', q.groups, g)
+  redis.call('HSET', q.groups_state, 'q:' .. g, '1')
+  if redis.call('EXISTS', q.waiting) == 1 then
+    redis.call('LPUSH', q.queue, '')
+    wake(q)
+  end
+end
+
+-- Queue id on group g's list: at the back of the line, or (next) at the leasing end; the group
+-- enters the ring. A group list of another type is left alone: the id goes to the main queue.
+local function group_push(q, g, id, next)
+  local pushed = redis.pcall(next and 'RPUSH' or 'LPUSH', q.group .. g, id)
+  if type(pushed) ~= 'number' then
+    redis.call(next and 'RPUSH' or 'LPUSH', q.queue, id)
+    wake(q)
+    return
+  end
+  group_enter(q, g)
+end
+
+-- An item of group g is no longer in flight (done, released, buried or requeued): the group's
+-- count drops, and it may enter the ring again.
+local function group_done(q, g)
+  if redis.call('HINCRBY', q.groups_state, 'b:' .. g, '-1') <= 0 then
+    redis.call('HDEL', q.groups_state, 'b:' .. g)
+  end
+  group_enter(q, g)
+end
+
+-- Push an id back to where it waits: its group's list when it is grouped (g: its group, or nil
+-- to read it), else the main queue (see enqueue in wake.lua).
+local function requeue(q, id, next, g)
+  if g == nil then
+    g = groups_of(q, {id})[1]
+  end
+  if g then
+    group_push(q, g, id, next)
+  else
+    enqueue(q, id, next)
+  end
+end
