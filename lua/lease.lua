@@ -65,7 +65,7 @@ local out, got = {}, 0
 -- reads as none (the id is dropped), a lease key of another type as a live lease (the id is a
 -- stray copy): neither is written.
 -- Each queue's key names, made once for the call.
-local queues, rates, rate_wait = {}, {}, nil
+local queues, rates, rate_wait, ringed = {}, {}, nil, {}
 for i = 1, NQ do
   queues[i] = queue_at(i)
 end
@@ -94,8 +94,8 @@ for i = 1, NQ do
   if type(ring) == 'table' then
     check_types('list', {q.groups})
   end
-  q.ringed = ring ~= 0
-  if q.ringed then
+  ringed[i] = ring ~= 0
+  if ringed[i] then
     check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue})
     check_wake(q)
   end
@@ -269,7 +269,7 @@ for i = 1, NQ do
   promote(q, now, BUDGET, i == 1 and first_reads)
   local before = got
   local upto = got + rate_allow(rates[i], now, wanted - got, register_ms > 0)
-  if q.ringed then
+  if ringed[i] then
     while got < upto and budget > 0 and group_turn(q, max) do
     end
   end

@@ -5,7 +5,8 @@
 -- arg(1) first: the first index of the processing-list chunk to inspect
 -- arg(2) last: its last index
 -- arg(3...) groups: groups whose counts to read (see group.lua)
--- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap, groups}: the lengths of the main
+-- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap,
+-- groups}: the lengths of the main
 -- queue and the processing list, the numbers of delayed and dead items, of the chunk's ids how
 -- many were examined, how many have a live lease, and how many are entries of completed items (no
 -- lease, no data key) left for the light clean to drop; and the queue's rate limit, {count,
@@ -17,7 +18,8 @@ local groups = {}
 for i = NQ + 3, #ARGV do
   local g = ARGV[i]
   local s = redis.call('HMGET', Q.groups_state, 'b:' .. g, 'p:' .. g)
-  groups[#groups + 1] = {redis.call('LLEN', Q.group .. g), tonumber(s[1] or '0'), s[2] and 1 or 0}
+  local ready = redis.call('LLEN', Q.group .. g)
+  groups[#groups + 1] = {ready, tonumber(s[1] or '0'), s[2] and 1 or 0}
 end
 local chunk = redis.call('LRANGE', Q.processing, arg(1), arg(2))
 local live, gone = 0, 0

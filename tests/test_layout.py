@@ -53,6 +53,7 @@ def test_reserved_names_come_from_the_suffixes() -> None:
         "worker",
         "result",
         "progress",
+        "group",
     )
     assert len(RESERVED_NAMES) == len(set(RESERVED_NAMES))
 

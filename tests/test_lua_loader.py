@@ -73,6 +73,7 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
     assert assemble("lease").includes == (
         "queue.lua",
         "wake.lua",
+        "group.lua",
         "delay.lua",
         "events.lua",
         "take.lua",
@@ -82,7 +83,13 @@ def test_includes_are_resolved_recursively_dependencies_first() -> None:
         "rate.lua",
     )
     # complete.lua needs the layout and finish.lua, which needs the layout too.
-    assert assemble("complete").includes == ("queue.lua", "events.lua", "finish.lua")
+    assert assemble("complete").includes == (
+        "queue.lua",
+        "events.lua",
+        "wake.lua",
+        "group.lua",
+        "finish.lua",
+    )
     assert assemble("renew").includes == ("cancelled.lua",)
 
 
