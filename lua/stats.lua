@@ -5,14 +5,13 @@
 -- arg(1) first: the first index of the processing-list chunk to inspect
 -- arg(2) last: its last index
 -- arg(3...) groups: groups whose counts to read (see group.lua)
--- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap,
--- groups}: the lengths of the main
--- queue and the processing list, the numbers of delayed and dead items, of the chunk's ids how
--- many were examined, how many have a live lease, and how many are entries of completed items (no
--- lease, no data key) left for the light clean to drop; and the queue's rate limit, {count,
--- per_ms, burst} (see rate.lua; count false or '0' when it has none); the number of grouped
--- items (in any state), the group concurrency (false for none), and for each group asked,
--- {ready, in flight, paused}.
+-- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap, groups}:
+-- the lengths of the main queue and the processing list, the numbers of delayed and dead items,
+-- of the chunk's ids how many were examined, how many have a live lease, and how many are
+-- entries of completed items (no lease, no data key) left for the light clean to drop; the
+-- queue's rate limit, {count, per_ms, burst} (see rate.lua; count false or '0' when it has
+-- none); the number of grouped items (in any state), the group concurrency (false for none),
+-- and for each group asked, {ready, in flight, paused}.
 -- Keeps: read only.
 local groups = {}
 for i = NQ + 3, #ARGV do
