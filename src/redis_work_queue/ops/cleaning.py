@@ -42,7 +42,7 @@ from redis.exceptions import OutOfMemoryError
 
 from .. import scripts
 from ..calls import Call, Command, ScriptCall, Sleep, Steps
-from ..keyprefix import QueueKeys
+from ..keyprefix import QueueKeys, glob_escape
 from ..results import CleanProgress, CleanReport, ProgressCallback
 from ..retryable import reconnect_delay, transient
 from .registry import builds
@@ -102,9 +102,14 @@ def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str)
 
 
 @builds("deep_clean_walk")
-def deep_clean_walk_call(keys: QueueKeys, first: int, count: int, token: str) -> ScriptCall:
-    """``lua/deep_clean_walk.lua``: one step of a walk of the main queue from its head."""
+def deep_clean_walk_call(
+    keys: QueueKeys, first: int, count: int, token: str, group: bytes | None = None
+) -> ScriptCall:
+    """``lua/deep_clean_walk.lua``: one step of a walk of the main queue (or of ``group``'s
+    list) from its head."""
     args: tuple[scripts.Arg, ...] = (*keys.script_args, first, count, token)
+    if group is not None:
+        args += (group,)
     script = scripts.load("deep_clean_walk")
     return ScriptCall(script, keys.script_keys, args, None, keys.slot_keys)
 
@@ -377,24 +382,51 @@ def light_clean(ops: QueueOps, state: CleanState) -> Steps[CleanReport]:
     return report
 
 
-def _walk(ops: QueueOps, token: str, tally: _Tally, collect: set[bytes], send: Send) -> Steps[None]:
-    """Walk the main queue from its head into ``collect``.
+def _walk(
+    ops: QueueOps,
+    token: str,
+    tally: _Tally,
+    collect: set[bytes],
+    send: Send,
+    groups: Sequence[bytes] = (),
+) -> Steps[None]:
+    """Walk the main queue, then each of ``groups``' lists, from its head into ``collect``.
 
     Without a token, every id read is collected; with one, every id whose hold by run ``token``
     was removed.
     """
+    for group in (None, *groups):
+        pace = Pace(WALK_MAX)
+        first = 0
+        while True:
+            count = pace.size
+            call = deep_clean_walk_call(ops.keys, first, count, token, group)
+            elapsed_us, read, ids = yield from send(call)
+            pace.update(int(read), int(elapsed_us))
+            collect.update(ids)
+            first += int(read)
+            tally.timed(int(elapsed_us))
+            if int(read) < count:
+                break
+
+
+def _scan(
+    keys: QueueKeys, pattern: str, skip: int, tally: _Tally, send: Send
+) -> Steps[dict[bytes, None]]:
+    """Every key of ``pattern`` (SCAN, in paced steps), without its first ``skip`` bytes."""
+    found_all: dict[bytes, None] = {}
     pace = Pace(WALK_MAX)
-    first = 0
+    cursor: Any = 0
     while True:
         count = pace.size
-        call = deep_clean_walk_call(ops.keys, first, count, token)
-        elapsed_us, read, ids = yield from send(call)
-        pace.update(int(read), int(elapsed_us))
-        collect.update(ids)
-        first += int(read)
+        elapsed_us, cursor, found = yield from send(
+            deep_clean_scan_call(keys, cursor, count, pattern)
+        )
+        pace.update(count, int(elapsed_us))
+        found_all.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
         tally.timed(int(elapsed_us))
-        if int(read) < count:
-            return
+        if int(cursor) == 0:
+            return found_all
 
 
 def _in_chunks(
@@ -429,28 +461,20 @@ def deep_clean(
     run = _DeepRun(ops, token)
     send = run.send
     tally.tick(force=True)
-    # 1. The data keys.
-    candidates: dict[bytes, None] = {}
-    pace = Pace(WALK_MAX)
-    pattern = keys.item_pattern()
+    # 1. The data keys, and the groups' lists.
     skip = len(keys.item_prefix.encode("utf-8"))
-    cursor: Any = 0
-    while True:
-        count = pace.size
-        elapsed_us, cursor, found = yield from send(
-            deep_clean_scan_call(keys, cursor, count, pattern)
-        )
-        pace.update(count, int(elapsed_us))
-        tally.examined += len(found)
-        candidates.update(dict.fromkeys(_key_bytes(key)[skip:] for key in found))
-        tally.timed(int(elapsed_us))
-        if int(cursor) == 0:
-            break
-    # 2. Those not seen on the main queue are suspects.
+    candidates = yield from _scan(keys, keys.item_pattern(), skip, tally, send)
+    tally.examined += len(candidates)
+    groups: list[bytes] = []
+    if candidates:
+        pattern = glob_escape(keys.group_prefix) + "*"
+        skip = len(keys.group_prefix.encode("utf-8"))
+        groups = list((yield from _scan(keys, pattern, skip, tally, send)))
+    # 2. Those not seen on the main queue or a group's list are suspects.
     tally.phase = "walk"
     if candidates:
         queued: set[bytes] = set()
-        yield from _walk(ops, "", tally, queued, send)
+        yield from _walk(ops, "", tally, queued, send, groups)
         suspects = [i for i in candidates if i not in queued]
         del queued
     else:
@@ -469,7 +493,7 @@ def deep_clean(
     released: set[bytes] = set()
     if held:
         tally.phase = "recheck"
-        yield from _walk(ops, token, tally, released, send)
+        yield from _walk(ops, token, tally, released, send, groups)
     run.held = rest = [i for i in held if i not in released]
     # 5. Expired leases, and held ids, on the processing list.
     tally.phase = "processing"
