@@ -16,7 +16,7 @@ from redis_work_queue import KeyPrefix, WorkQueue
 
 def holding_worker(url: str, prefix: str, cap: int, hold_secs: float, done_key: str) -> None:
     """Lease items (one second leases, renewed while held), hold each ``hold_secs``, complete
-    it; stop when the queue has been empty for a second (or after a minute)."""
+    it; stop when the queue has been empty for five seconds (or after a minute)."""
     db = redis.Redis.from_url(url, socket_timeout=30)
     queue = WorkQueue(KeyPrefix(prefix), group_concurrency=cap)
     deadline = time.monotonic() + 60
@@ -24,7 +24,7 @@ def holding_worker(url: str, prefix: str, cap: int, hold_secs: float, done_key: 
     while time.monotonic() < deadline:
         item = queue.lease(db, 1.0, block=True, timeout=0.2)
         if item is None:
-            if time.monotonic() - idle_since > 1.0:
+            if time.monotonic() - idle_since > 5.0:
                 return
             continue
         time.sleep(hold_secs)
