@@ -609,6 +609,54 @@ def rate_limited(db: redis.Redis, q: Any, p: Result) -> Result:
     return result
 
 
+# Fair groups -------------------------------------------------------------------------------------
+
+
+def _fill_groups(q: Any, db: redis.Redis, n: int, groups: int, start: int = 0) -> None:
+    """Add ``n`` fresh items spread over ``groups`` groups (item k to group ``g<k % groups>``)."""
+    make = q.rwq.Item
+    for first in range(start, start + n, FILL_CHUNK):
+        count = min(FILL_CHUNK, start + n - first)
+        names = [f"g{k % groups}" for k in range(first, first + count)]
+        q.queue.add_items(db, [make(DATA) for _ in range(count)], unique=True, group=names)
+
+
+def grouped(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of the plain ``lease(block=False)`` + ``complete`` loop on ungrouped items, on
+    items of 10 groups, and on items of ``many`` groups (one ready item each, filled once: the
+    ring holds that many groups throughout), in alternating rounds of one run.
+    """
+    n, rounds, many = p["n"], p["rounds"], p["many"]
+    per = max(1, n // rounds)
+
+    def pairs(k: int, groups: int) -> float:
+        if groups == 0:
+            _fill(q, db, k)
+        elif groups < many:
+            _fill_groups(q, db, k, groups)
+        gc.collect()
+        start = time.perf_counter()
+        _plain_pairs(q, k)
+        seconds = time.perf_counter() - start
+        _expect("processing list after the round", q.processing(), 0)
+        return k / seconds
+
+    pairs(WARMUP, 0)
+    pairs(WARMUP, 10)
+    _fill_groups(q, db, many, many)
+    _expect("groups on the ring", int(db.llen(q.queue.keys.groups)), many)
+    result: Result = {
+        "ungrouped": _rate_result(per),
+        "groups_10": _rate_result(per),
+        "groups_many": _rate_result(per),
+    }
+    for _ in range(rounds):
+        _record(result["ungrouped"], pairs(per, 0))
+        _record(result["groups_10"], pairs(per, 10))
+        _record(result["groups_many"], pairs(per, many))
+    return result
+
+
 OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "deep_clean_lost": deep_clean_lost,
     "light_clean_longest": light_clean_longest,
@@ -619,4 +667,5 @@ OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "wait": wait_cost,
     "schedules_tick": schedules_tick,
     "rate_limited": rate_limited,
+    "grouped": grouped,
 }

@@ -148,12 +148,12 @@ end
 if #tagged > 0 then
   redis.call('HSET', Q.grouped, unpack(tagged))
 end
-for _, k in ipairs(mine) do
-  group_push(Q, groups[k], ARGV[NQ + 6 + STRIDE * (k - 1)], false)
-end
 if #ready > 0 then
   redis.call('LPUSH', Q.queue, unpack(ready))
   wake(Q, #ready)
+end
+for _, k in ipairs(mine) do
+  group_push(Q, groups[k], ARGV[NQ + 6 + STRIDE * (k - 1)], false)
 end
 count(Q, 'added', written)
 if Q.event_cap then

@@ -304,8 +304,7 @@ for i = 1, NQ do
   end
   -- A caller blocked on one queue waits on its main queue, which any push wakes: it is
   -- registered only when a delayed item may need to wake it sooner (see schedule in delay.lua).
-  -- So is one on a queue with groups: an item that comes to a group wakes it (group.lua).
-  if register_ms > 0 and (NQ > 1 or due >= 0 or redis.call('EXISTS', q.groups_state) == 1) then
+  if register_ms > 0 and (NQ > 1 or due >= 0) then
     join(q, waiter, now, register_ms)
   end
 end

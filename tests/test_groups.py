@@ -8,6 +8,7 @@ too."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -24,7 +25,7 @@ from checks import (
     oom_test,
     write_check_test,
 )
-from helpers import dump_state, keys_left, lrange
+from helpers import dump_state, keys_left, lrange, wait_for
 from redis_work_queue import (
     AsyncWorkQueue,
     GroupStats,
@@ -236,13 +237,30 @@ def test_a_blocked_worker_gets_a_grouped_item_added_later(real_db: redis.Redis) 
     _add(real_db, queue, "A", 1, tag="old")
     assert queue.complete(real_db, queue.lease(real_db, 30, block=False))
     got: list[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(queue.lease(real_db, 30, timeout=10)))
+    added: list[float] = []
+
+    def wait() -> None:
+        item = queue.lease(real_db, 30, timeout=10)
+        got.append((item, time.monotonic() - added[0]))
+
+    waiter = threading.Thread(target=wait)
     waiter.start()
     try:
+        wait_for(
+            lambda: (
+                real_db.client_list(_type="normal")
+                and any(c.get("cmd") == "brpoplpush" for c in real_db.client_list())
+            ),
+            what="the worker blocked",
+        )
+        added.append(time.monotonic())
         _add(real_db, queue, "B", 1)
     finally:
         waiter.join(timeout=15)
-    assert got and got[0] is not None and got[0].id() == "B0"
+    item, late = got[0]
+    assert item is not None and item.id() == "B0"
+    # Woken by the add, not found by the next look of its blocking slice (1 s).
+    assert late < 0.9, late
 
 
 # Every other path ---------------------------------------------------------------------------------

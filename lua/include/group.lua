@@ -35,9 +35,10 @@ local function groups_of(q, ids)
 end
 
 -- Put group g on the ring unless it is on it, paused, at its cap or without ready items; wake a
--- blocked worker when it does (an empty id on the main queue for a worker blocked on it alone,
--- as schedule does in delay.lua, and a token on the wake list). The caller checks the ring, the
--- state, the main queue and the wake list (check_wake) beforehand.
+-- blocked worker when it does: an empty id on the main queue when it is empty (a worker blocked
+-- on this queue alone waits on it; every client drops an id without data, as for schedule in
+-- delay.lua), and a token on the wake list for workers blocked on several queues. The caller
+-- checks the ring, the state, the main queue and the wake list (check_wake) beforehand.
 local function group_enter(q, g)
   local s = redis.call('HMGET', q.groups_state, 'q:' .. g, 'p:' .. g, 'b:' .. g, 'cap')
   local cap = tonumber(s[4] or '')
@@ -50,10 +51,10 @@ local function group_enter(q, g)
   end
   redis.call('LPUSH', q.groups, g)
   redis.call('HSET', q.groups_state, 'q:' .. g, '1')
-  if redis.call('EXISTS', q.waiting) == 1 then
+  if redis.call('LLEN', q.queue) == 0 then
     redis.call('LPUSH', q.queue, '')
-    wake(q)
   end
+  wake(q)
 end
 
 -- Queue id on group g's list: at the back of the line, or (next) at the leasing end; the group
