@@ -662,6 +662,34 @@ def rate_limits(lane: Lane, check: Check) -> None:
     check("lease_many unlimited", lane.do(q.lease_many, 30, 2, block=False), lambda r: len(r) == 2)
 
 
+def groups(lane: Lane, check: Check) -> None:
+    q = lane.queue("grouped", group_concurrency=1)
+    items = [Item(b"a", id="a1"), Item(b"a", id="a2"), Item(b"b", id="b1"), Item(b"u", id="u1")]
+    check("add_items grouped", lane.do(q.add_items, items, group=["A", "A", "B", None]), [True] * 4)
+    check("add_item grouped", lane.do(q.add_item, Item(b"c", id="c1"), group="C"), True)
+    check("pause_group", lane.do(q.pause_group, "C"), True)
+    check(
+        "lease_many in turns",
+        lane.do(q.lease_many, 30, 5, block=False),
+        lambda r: [i.id() for i in r] == ["a1", "b1", "u1"],
+    )
+    check("resume_group", lane.do(q.resume_group, "C"), True)
+    check("set_group_concurrency", lane.do(q.set_group_concurrency, 2), None)
+    check(
+        "stats of groups",
+        lane.do(q.stats, groups=["A", "C"]),
+        lambda r: (
+            (r.group_concurrency, r.groups["A"].ready, r.groups["A"].in_flight) == (2, 1, 1)
+            and r.groups["C"].ready == 1
+        ),
+    )
+    check.raises(
+        "add_item with an empty group",
+        InvalidArgumentError,
+        lambda: lane.do(q.add_item, Item(b"x", id="x"), group=""),
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sharding": sharding,
     "adding": adding,
@@ -674,6 +702,7 @@ SCENARIOS: dict[str, Scenario] = {
     "jobs": jobs,
     "scheduling": scheduling,
     "rate_limits": rate_limits,
+    "groups": groups,
 }
 
 
