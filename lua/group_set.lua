@@ -12,9 +12,15 @@
 -- Keeps: a paused group leaves the ring at its next turn and hands out nothing; a resumed one
 -- enters it again at once when it has ready items and is below its cap; a group held at a cap
 -- that is raised comes back at its next completion. Every key the call may write is
--- type-checked before its first write.
+-- type-checked before its first write. A declaration comes just before a lease, so it also
+-- checks every key of the queue that the lease may write (but the per-item ones), as set_rate.lua
+-- does: a lease that fails on a wrong type fails here first, unchanged.
 local mode, value = arg(1), arg(2)
 check_types('hash', {Q.groups_state})
+if mode == 'declare' then
+  check_types('list', {Q.queue, Q.processing, Q.wake, Q.groups}, 'hash', {Q.deliveries, Q.reasons,
+    Q.counts, Q.grouped, Q.rate}, 'zset', {Q.delayed, Q.dead, Q.waiting})
+end
 if mode == 'cap' or mode == 'declare' then
   if mode == 'declare' and redis.call('HGET', Q.groups_state, 'cap') then
     return 0

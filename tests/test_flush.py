@@ -127,6 +127,7 @@ def test_flush_removes_exactly_one_queue(db: redis.Redis, monkeypatch: pytest.Mo
         "a\\*:worker:*",
         "a\\*:result:*",
         "a\\*:progress:*",
+        "a\\*:group:*",
     }
     monkeypatch.undo()
 

@@ -493,6 +493,11 @@ WRITE_CHECKS = [
     WriteCheck(
         "deep_clean-groups", "a", lambda s: WorkQueue(PREFIX).deep_clean(s.db), prepare=_grouped
     ),
+    WriteCheck(
+        "lease-group-declared",
+        "a",
+        lambda s: WorkQueue(PREFIX, group_concurrency=2).lease(s.db, LEASE_SECS, block=False),
+    ),
     WriteCheck("pause_group", "a", lambda s: WorkQueue(PREFIX).pause_group(s.db, "a")),
     WriteCheck(
         "resume_group",

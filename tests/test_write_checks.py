@@ -275,6 +275,7 @@ def test_the_table_covers_the_layout() -> None:
         KEYS.dead_item("x"),
         KEYS.result("x"),
         KEYS.progress("x"),
+        KEYS.group("x"),
     }
     # The Spark data source's write record is written by Spark jobs only (test_spark.py), the
     # fleet's clean turn, the worker registrations and the job durations by the worker runner

@@ -449,7 +449,7 @@ def _leased(reply: list[Any], token: str, at_most_once: bool) -> list[tuple[int,
 
 @operation(
     functions=(("lease_from", "alease_from"),),
-    scripts=("lease", "claim", "set_rate"),
+    scripts=("lease", "claim", "set_rate", "group_set"),
     commands=("BRPOPLPUSH", "BLPOP"),
     writes=True,
     docs="queue.md#the-api",
@@ -508,7 +508,7 @@ def lease_from(
 
 @operation(
     functions=(("complete_and_lease_from", "acomplete_and_lease_from"),),
-    scripts=("lease", "complete", "set_rate"),
+    scripts=("lease", "complete", "set_rate", "group_set"),
     writes=True,
     docs="queue.md#the-api",
 )

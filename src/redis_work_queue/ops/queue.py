@@ -512,7 +512,7 @@ class QueueOps:
 
     @operation(
         methods=("lease_many",),
-        scripts=("lease", "claim", "set_rate"),
+        scripts=("lease", "claim", "set_rate", "group_set"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -536,7 +536,7 @@ class QueueOps:
 
     @operation(
         methods=("lease",),
-        scripts=("lease", "claim", "set_rate"),
+        scripts=("lease", "claim", "set_rate", "group_set"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
@@ -952,7 +952,7 @@ register(
     Operation(
         "leased",
         methods=("leased",),
-        scripts=("lease", "claim", "complete", "release", "set_rate"),
+        scripts=("lease", "claim", "complete", "release", "set_rate", "group_set"),
         commands=("BRPOPLPUSH",),
         writes=True,
         docs=API,
