@@ -534,3 +534,14 @@ def test_every_key_of_a_drained_grouped_queue_goes(db: redis.Redis, queue: WorkQ
     counts = Counter(name[0] for name in _drain(db, queue))
     assert counts == {"A": 3, "B": 3}
     assert keys_left(db) == []
+
+
+def test_promoting_a_delayed_grouped_item_queues_it_on_its_group(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    queue.add_item(db, Item(b"d", id="later"), delay=3600, group="A")
+    assert queue.promote(db, "later")
+    assert lrange(db, GK.group("A")) == [b"later"]
+    assert queue.queue_len(db) == 1  # the wake-up marker of a worker blocked on the queue
+    assert _drain(db, queue) == ["later"]
+    assert keys_left(db) == []
