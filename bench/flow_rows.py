@@ -5,8 +5,8 @@ time, on a queue with a rate limit it never reaches and on the same queue withou
 alternating rounds of the same run (``rate_limited`` in ``ours_workloads.py``).
 
 Workload (key ``flow:groups``): the same loop on ungrouped items, on items of 10 groups and on
-items of 100,000 groups (one ready item each, so the ring holds them all), in alternating
-rounds of one run (``grouped``).
+items of 100,000 groups (two ready items each, so the ring holds them all and each lease puts
+its group back), in alternating rounds of one run (``grouped``).
 """
 
 from __future__ import annotations

@@ -623,8 +623,9 @@ def _fill_groups(q: Any, db: redis.Redis, n: int, groups: int, start: int = 0) -
 
 def grouped(db: redis.Redis, q: Any, p: Result) -> Result:
     """Items/s of the plain ``lease(block=False)`` + ``complete`` loop on ungrouped items, on
-    items of 10 groups, and on items of ``many`` groups (one ready item each, filled once: the
-    ring holds that many groups throughout), in alternating rounds of one run.
+    items of 10 groups, and on items of ``many`` groups (two ready items each, filled once: the
+    ring holds that many groups throughout, and each lease puts its group back, as with 10),
+    in alternating rounds of one run.
     """
     n, rounds, many = p["n"], p["rounds"], p["many"]
     per = max(1, n // rounds)
@@ -643,7 +644,8 @@ def grouped(db: redis.Redis, q: Any, p: Result) -> Result:
 
     pairs(WARMUP, 0)
     pairs(WARMUP, 10)
-    _fill_groups(q, db, many, many)
+    _fill_groups(q, db, 2 * many, many)
+    _expect("items per round", n // rounds <= many, True)
     _expect("groups on the ring", int(db.llen(q.queue.keys.groups)), many)
     result: Result = {
         "ungrouped": _rate_result(per),

@@ -545,3 +545,72 @@ def test_promoting_a_delayed_grouped_item_queues_it_on_its_group(
     assert queue.queue_len(db) == 1  # the wake-up marker of a worker blocked on the queue
     assert _drain(db, queue) == ["later"]
     assert keys_left(db) == []
+
+
+# Runners ------------------------------------------------------------------------------------------
+
+RUN_TAG = "gq-run"
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes", "asyncio"])
+def test_every_runner_keeps_the_cap_and_the_turns(real_backend: Any, kind: str) -> None:
+    """Four slots, group_concurrency=1, two groups of four items that take 0.1 s each: each
+    group's items finish one at a time (at least 0.1 s apart), and every item is done."""
+    import asyncio  # noqa: PLC0415
+
+    import flow_handlers  # noqa: PLC0415
+    from redis_work_queue import AsyncWorker, Worker  # noqa: PLC0415
+
+    db = real_backend.client()
+    url = real_backend.url
+    queue = WorkQueue(QUEUE)  # the producer; the workers' queues declare the cap
+    for group in ("A", "B"):
+        items = [
+            Item(flow_handlers.job(url, RUN_TAG, sleep=0.1), id=f"{group}{k}") for k in range(4)
+        ]
+        assert all(queue.add_items(db, items, group=group))
+    common: dict[str, Any] = {
+        "lease_secs": 5,
+        "poll_secs": 0.5,
+        "heartbeat_secs": None,
+        "clean_secs": None,
+        "concurrency": 4,
+    }
+    worker: Any
+    if kind == "asyncio":
+        aqueue = AsyncWorkQueue(QUEUE, group_concurrency=1)
+        worker = AsyncWorker(url, [aqueue], flow_handlers.astamp, **common)
+    else:
+        worker = Worker(
+            url,
+            [WorkQueue(QUEUE, group_concurrency=1)],
+            flow_handlers.stamp,
+            processes=kind == "processes",
+            **common,
+        )
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["stats"] = (
+                asyncio.run(worker.run(signals=())) if kind == "asyncio" else worker.run(signals=())
+            )
+        except BaseException as err:  # reported below
+            out["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: db.llen(f"{RUN_TAG}:done") == 8, timeout=30, what="the jobs")
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+    assert "error" not in out, out
+    done = [bytes(i).decode() for i in db.lrange(f"{RUN_TAG}:done", 0, -1)]
+    at = [float(t) for t in db.lrange(f"{RUN_TAG}:at", 0, -1)]
+    assert sorted(done) == sorted(f"{g}{k}" for g in "AB" for k in range(4))
+    for group in "AB":
+        times = sorted(t for name, t in zip(done, at, strict=True) if name[0] == group)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert min(gaps) >= 0.09, (group, gaps)
+    assert _in_flight(db) == {}

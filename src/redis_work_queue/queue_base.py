@@ -57,7 +57,8 @@ class QueueBase:
         group_concurrency: At most this many items of one group in flight (leased and not yet
             completed, released or requeued by a clean) across every worker of the queue (see
             ``add_item``'s ``group``). Kept in Redis as the rate limit is: declared before this
-            object's first lease, stored only when none was ever set on the queue;
+            object's first lease (give it to the workers' queues), stored only when none was
+            ever set on the queue;
             ``set_group_concurrency`` changes it at run time. None (the default) declares none.
             Not with ``shards``.
 

@@ -498,7 +498,9 @@ class QueueOps:
     ) -> Steps[bool]:
         """Add one item (of ``group``, if given); True when it was added."""
         if group is not None:
-            added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True, group=group)
+            added = yield from self.add(
+                [item], skip_check, delay, ttl, replicas, one=True, group=group
+            )
             return added[0]
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.

@@ -96,8 +96,9 @@ class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    #: Each queue's name, max deliveries, keep_results, shard count and earlier shard counts.
-    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...]], ...]
+    #: Each queue's name, max deliveries, keep_results, shard count, earlier shard counts and
+    #: group concurrency.
+    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...], int | None], ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -344,8 +345,15 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
     )
     pid = os.getpid()
     queues = [
-        WorkQueue(KeyPrefix(name), limit, keep_results=keep, shards=shards, shards_before=before)
-        for name, limit, keep, shards, before in config.queues
+        WorkQueue(
+            KeyPrefix(name),
+            limit,
+            keep_results=keep,
+            shards=shards,
+            shards_before=before,
+            group_concurrency=cap,
+        )
+        for name, limit, keep, shards, before, cap in config.queues
     ]
     worker = Worker(
         config.redis_url,
