@@ -7,6 +7,7 @@ too."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -611,6 +612,6 @@ def test_every_runner_keeps_the_cap_and_the_turns(real_backend: Any, kind: str) 
     assert sorted(done) == sorted(f"{g}{k}" for g in "AB" for k in range(4))
     for group in "AB":
         times = sorted(t for name, t in zip(done, at, strict=True) if name[0] == group)
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         assert min(gaps) >= 0.09, (group, gaps)
     assert _in_flight(db) == {}

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import redis
 
 import groups_workers
 from helpers import keys_left, wait_for

@@ -105,8 +105,10 @@ def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str)
 def deep_clean_walk_call(
     keys: QueueKeys, first: int, count: int, token: str, group: bytes | None = None
 ) -> ScriptCall:
-    """``lua/deep_clean_walk.lua``: one step of a walk of the main queue (or of ``group``'s
-    list) from its head."""
+    """``lua/deep_clean_walk.lua``: one step of a walk of a list from its head.
+
+    The list is the main queue, or ``group``'s list when it is given.
+    """
     args: tuple[scripts.Arg, ...] = (*keys.script_args, first, count, token)
     if group is not None:
         args += (group,)

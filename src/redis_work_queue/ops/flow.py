@@ -1,5 +1,4 @@
-"""Flow control: a queue's rate limit and its fair groups, set in Redis and enforced by the
-lease script.
+"""Flow control: a queue's rate limit and fair groups, kept in Redis and enforced by the lease.
 
 The limit lives in ``<prefix>:rate`` (see ``lua/include/rate.lua``): every lease and claim of
 this library reads it before its first write and hands out only the items its token bucket
@@ -59,8 +58,7 @@ def set_rate_limit(queue: QueueOps, limit: RateLimit | None) -> Steps[None]:
 
 
 def declare_rates(queues: Sequence[QueueOps]) -> Steps[None]:
-    """Declare the rate limit and the group concurrency of each of ``queues`` made with them,
-    once per queue object.
+    """Declare the rate limit and group concurrency of ``queues`` made with them, once each.
 
     A declaration is stored only when none was ever set on the queue (see ``lua/set_rate.lua``
     and ``lua/group_set.lua``); it is part of the lease that follows it.
@@ -76,8 +74,11 @@ def declare_rates(queues: Sequence[QueueOps]) -> Steps[None]:
 
 @builds("group_set")
 def group_set_call(keys: QueueKeys, mode: str, value: scripts.Arg) -> ScriptCall:
-    """``lua/group_set.lua``: set (``'cap'``) or ``'declare'`` the group concurrency (0: none),
-    or ``'pause'`` or ``'resume'`` the group ``value``."""
+    """``lua/group_set.lua``: set the group concurrency, or pause or resume a group.
+
+    ``mode`` is ``'cap'`` or ``'declare'`` (``value``: the cap, 0 for none), or ``'pause'`` or
+    ``'resume'`` (``value``: the group).
+    """
     args = (*keys.script_args, mode, value)
     return ScriptCall(scripts.load("group_set"), keys.script_keys, args, None, keys.slot_keys)
 

@@ -153,8 +153,10 @@ def add_call(
     *items: scripts.Arg,
     wait: Wait = None,
 ) -> ScriptCall:
-    """``lua/add.lua``: add ``items`` (an id, then its data, for each; and its group when
-    ``grouped`` is ``'1'``)."""
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each).
+
+    With ``grouped`` ``'1'``, each item's group follows its data (``''`` for none).
+    """
     args: tuple[scripts.Arg, ...] = (
         *keys.script_args,
         skip_check,
@@ -216,8 +218,10 @@ def complete_result_call(
 
 @builds("stats")
 def stats_call(keys: QueueKeys, first: int, last: int, *groups: str) -> ScriptCall:
-    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last (and
-    the counts of ``groups``)."""
+    """``lua/stats.lua``: the queue's counts, with processing-list entries first..last.
+
+    The counts of each of ``groups`` come with them.
+    """
     args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, *groups)
     return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
 
@@ -754,8 +758,7 @@ class QueueOps:
 
     @operation(methods=("stats",), scripts=("stats",), cli="info", docs=API)
     def stats(self, groups: Iterable[str] | None = None) -> Steps[QueueStats]:
-        """The queue's counts (and those of ``groups``); the processing list is checked in
-        chunks."""
+        """The queue's counts (and those of ``groups``); the processing list in chunks."""
         names = _group_names(groups)
         start = live = examined = gone = 0
         asked: list[Any] = []
