@@ -16,17 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from checks import (
-    KEYS,
-    LEASE_SECS,
-    PREFIX,
-    OomCheck,
-    State,
-    WriteCheck,
-    oom_test,
-    write_check_test,
-)
-from helpers import dump_state, keys_left, lrange, wait_for
+from checks import LEASE_SECS, PREFIX, OomCheck, State, WriteCheck, oom_test, write_check_test
+from helpers import dump_state, in_thread, keys_left, lrange, wait_for
 from redis_work_queue import (
     AsyncWorkQueue,
     GroupStats,
@@ -466,7 +457,7 @@ def _complete_grouped(s: State) -> Any:
 
 def _release_grouped(s: State) -> Any:
     queue = WorkQueue(PREFIX)
-    token = s.db.get(KEYS.lease("g3"))
+    token = s.db.get(WorkQueue(PREFIX).keys.lease("g3"))
     if token is not None:
         item = Item.handed_out("g3", b"g", 1, token.decode())
         queue.release(s.db, item)
@@ -589,24 +580,15 @@ def test_every_runner_keeps_the_cap_and_the_turns(real_backend: Any, kind: str) 
             processes=kind == "processes",
             **common,
         )
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["stats"] = (
-                asyncio.run(worker.run(signals=())) if kind == "asyncio" else worker.run(signals=())
-            )
-        except BaseException as err:  # reported below
-            out["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
+    thread, out = in_thread(
+        lambda: asyncio.run(worker.run(signals=())) if kind == "asyncio" else worker.run(signals=())
+    )
     try:
         wait_for(lambda: db.llen(f"{RUN_TAG}:done") == 8, timeout=30, what="the jobs")
     finally:
         worker.stop()
         thread.join(timeout=60)
-    assert "error" not in out, out
+    assert out and not isinstance(out[0], BaseException), out
     done = [bytes(i).decode() for i in db.lrange(f"{RUN_TAG}:done", 0, -1)]
     at = [float(t) for t in db.lrange(f"{RUN_TAG}:at", 0, -1)]
     assert sorted(done) == sorted(f"{g}{k}" for g in "AB" for k in range(4))

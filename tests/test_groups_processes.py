@@ -52,18 +52,19 @@ return out
 
 
 @contextmanager
-def processes(count: int, *args: Any) -> Iterator[list[Any]]:
-    started = []
+def holding_workers(count: int, *args: Any) -> Iterator[list[Any]]:
+    """``count`` spawned ``holding_worker`` processes; any still alive at the end is killed."""
+    started = [
+        CTX.Process(target=groups_workers.holding_worker, args=args, daemon=True)
+        for _ in range(count)
+    ]
+    for process in started:
+        process.start()
     try:
-        for _ in range(count):
-            process = CTX.Process(target=groups_workers.holding_worker, args=args, daemon=True)
-            process.start()
-            started.append(process)
         yield started
     finally:
-        for process in started:
-            if process.is_alive():
-                process.kill()
+        for process in (p for p in started if p.is_alive()):
+            process.kill()
             process.join(timeout=10)
 
 
@@ -91,7 +92,7 @@ def test_the_cap_holds_across_processes_and_a_killed_worker(real_backend: Backen
     watcher = threading.Thread(target=monitor, daemon=True)
     watcher.start()
     try:
-        with processes(6, url, QUEUE.prefix, CAP, 0.05, DONE) as started:
+        with holding_workers(6, url, QUEUE.prefix, CAP, 0.05, DONE) as started:
             # Kill one worker while it holds an item (its lease is a second long).
             victim = started[0]
             wait_for(lambda: db.llen(KEYS.processing) >= 3, timeout=30, what="items leased")
