@@ -70,7 +70,8 @@ else
 end
 check_wake(Q)
 if #named > 0 then
-  check_types('hash', {Q.grouped, Q.groups_state}, 'list', {Q.groups}, 'list', named)
+  check_types('hash', {Q.grouped, Q.groups_state}, 'list', {Q.groups}, 'list', named, 'zset',
+    {Q.groups_backlog})
 end
 -- An item is written (ok) unless the existence check finds its id (or an earlier copy of it in
 -- the batch: the first copy wins); it is fresh when it is new (its bookkeeping is dropped).

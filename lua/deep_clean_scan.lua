@@ -13,6 +13,6 @@
 -- first call of a deep clean it reads every key of the queue that a later step may write, so a
 -- key of the wrong type fails the clean before anything is written.
 check_types('list', {Q.queue, Q.processing, Q.wake, Q.groups}, 'hash', {Q.deliveries, Q.reasons,
-  Q.counts, Q.grouped, Q.groups_state}, 'zset', {Q.dead, Q.delayed, Q.waiting})
+  Q.counts, Q.grouped, Q.groups_state}, 'zset', {Q.dead, Q.delayed, Q.waiting, Q.groups_backlog})
 local found = redis.call('SCAN', arg(1), 'MATCH', arg(3), 'COUNT', tonumber(arg(2)))
 return {elapsed(), found[1], found[2]}

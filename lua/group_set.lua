@@ -19,7 +19,7 @@ local mode, value = arg(1), arg(2)
 check_types('hash', {Q.groups_state})
 if mode == 'declare' then
   check_types('list', {Q.queue, Q.processing, Q.wake, Q.groups}, 'hash', {Q.deliveries, Q.reasons,
-    Q.counts, Q.grouped, Q.rate}, 'zset', {Q.delayed, Q.dead, Q.waiting})
+    Q.counts, Q.grouped, Q.rate}, 'zset', {Q.delayed, Q.dead, Q.waiting, Q.groups_backlog})
 end
 if mode == 'cap' or mode == 'declare' then
   if mode == 'declare' and redis.call('HGET', Q.groups_state, 'cap') then

@@ -96,7 +96,7 @@ for i = 1, NQ do
   end
   ringed[i] = ring ~= 0
   if ringed[i] then
-    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue})
+    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue}, 'zset', {q.groups_backlog})
     check_wake(q)
   end
   if register_ms > 0 or registered then
@@ -208,13 +208,21 @@ local function group_turn(q, max)
     cap = nil
   end
   local list = q.group .. g
-  -- A group list of another type reads as empty (it is left alone).
-  local id = not (s[1] or (cap and busy >= cap)) and redis.pcall('RPOP', list)
+  -- A paused group, or one at its cap, leaves the ring; so does one whose list is empty, or of
+  -- another type (it reads as empty and is left alone).
+  local id = false
+  if not (s[1] or (cap and busy >= cap)) then
+    id = redis.pcall('RPOP', list)
+    if id == false then
+      group_empty(q, g)
+    end
+  end
   if type(id) ~= 'string' then
     redis.call('HDEL', state, 'q:' .. g)
     budget = budget - 1
     return true
   end
+  local left = group_took(q, g)
   local data = redis.call('MGET', q.item .. id)[1]
   local seen = redis.call('HGET', q.deliveries, id)
   if max > 0 and data then
@@ -223,6 +231,8 @@ local function group_turn(q, max)
       -- Its dead letter cannot be written: the turn is undone before the error.
       redis.call('RPUSH', list, id)
       redis.call('RPUSH', q.groups, g)
+      redis.call('ZINCRBY', q.groups_backlog, '1', g)
+      add_ready(q, 1)
       error(err, 0)
     end
   end
@@ -246,7 +256,7 @@ local function group_turn(q, max)
     end
     budget = budget - 1
   end
-  if (not cap or busy < cap) and redis.call('LLEN', list) > 0 then
+  if (not cap or busy < cap) and left > 0 then
     redis.call('LPUSH', q.groups, g)
   else
     redis.call('HDEL', state, 'q:' .. g)

@@ -10,7 +10,7 @@
 -- of the chunk's ids how many were examined, how many have a live lease, and how many are
 -- entries of completed items (no lease, no data key) left for the light clean to drop; the
 -- queue's rate limit, {count, per_ms, burst} (see rate.lua; count false or '0' when it has
--- none); the number of grouped items (in any state), the group concurrency (false for none),
+-- none); the items waiting on the groups' lists, the group concurrency (false for none),
 -- and for each group asked, {ready, in flight, paused}.
 -- Keeps: read only.
 local groups = {}
@@ -33,5 +33,6 @@ return {
   redis.call('LLEN', Q.queue), redis.call('LLEN', Q.processing), redis.call('ZCARD', Q.delayed),
   redis.call('ZCARD', Q.dead), #chunk, live, gone,
   redis.call('HMGET', Q.rate, 'count', 'per_ms', 'burst'),
-  redis.call('HLEN', Q.grouped), redis.call('HGET', Q.groups_state, 'cap'), groups,
+  redis.call('HGET', Q.groups_state, 'ready') or 0, redis.call('HGET', Q.groups_state, 'cap'),
+  groups,
 }

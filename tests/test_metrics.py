@@ -19,7 +19,7 @@ from redis_work_queue.metrics import QueueCollector
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-GAUGES = ("queued", "leased", "expired", "delayed", "dead")
+GAUGES = ("queued", "leased", "expired", "delayed", "dead", "grouped")
 #: Queue names a label must escape: a quote, a backslash, a newline; and a plain one.
 ODD = 'we"ird\\name'
 NEWLINE = "two\nlines"
@@ -54,7 +54,8 @@ def expected_values(db: redis.Redis, queues: dict[str, WorkQueue]) -> dict[tuple
         (f"rwq_{gauge}", name): value
         for name, q in queues.items()
         for gauge, value in asdict(q.stats(db)).items()
-        if gauge != "rate_limit"
+        # The rate limit and the cap are gauges of their own or none; groups are per name.
+        if gauge not in ("rate_limit", "group_concurrency", "groups")
     }
 
 

@@ -3,25 +3,30 @@
 -- items, is below its cap (the fleet's group concurrency) and is not paused, once: a lease pops
 -- the group at its right end, takes one item of it and pushes it back on the left while it still
 -- qualifies, so the groups take turns. P:groups:state keeps, per group, its items in flight
--- (b:<group>), whether it is on the ring (q:<group>) and whether it is paused (p:<group>), and
--- the cap (field cap). While groups are on the ring, the ungrouped main queue takes its turns as
--- one more member of it, the empty name '' (no group is named so).
+-- (b:<group>), whether it is on the ring (q:<group>) and whether it is paused (p:<group>), the
+-- cap (field cap) and the items waiting on every group's list (field ready); P:groups:backlog
+-- ranks the groups by the items waiting on their lists. While groups are on the ring, the
+-- ungrouped main queue takes its turns as one more member of it, the empty name '' (no group is
+-- named so).
 --#include queue.lua
 --#include wake.lua
--- Keys: P:groups, P:groups:state, P:grouped, P:group:<group>; the main queue and P:wake (a
--- group that comes back to the ring wakes a blocked worker).
--- Defines: check_groups, groups_of, group_enter, group_push, group_done, requeue.
+-- Keys: P:groups, P:groups:state, P:groups:backlog, P:grouped, P:group:<group>; the main queue
+-- and P:wake (a group that comes back to the ring wakes a blocked worker).
+-- Defines: check_groups, groups_of, group_enter, group_push, add_ready, group_took, group_empty,
+-- group_done, requeue.
 -- Keeps: a group is on the ring at most once, exactly while its q: field is set; a group with
 -- ready items, below its cap and not paused is on the ring once its state last changed (an item
 -- added, an item done, resumed); every item of a group counts in b:<group> from its lease until
--- it is completed, released, buried or requeued by a clean.
+-- it is completed, released, buried or requeued by a clean; a group's score in P:groups:backlog
+-- is the length of its list, and the ready field their sum (every push and pop goes through
+-- group_push and group_took).
 
 -- Check the group keys a script may write, before its first write: P:grouped always, and the ring
 -- and the state when some item is grouped (SIZES then tells whether P:grouped holds any).
 local function check_groups(q)
   check_types('hash', {q.grouped})
   if SIZES[q.grouped] > 0 then
-    check_types('list', {q.groups}, 'hash', {q.groups_state})
+    check_types('list', {q.groups}, 'hash', {q.groups_state}, 'zset', {q.groups_backlog})
   end
 end
 
@@ -32,6 +37,13 @@ local function groups_of(q, ids)
     return {}
   end
   return redis.call('HMGET', q.grouped, unpack(ids))
+end
+
+-- Add n to the ready field of the state (it goes when it reaches 0).
+local function add_ready(q, n)
+  if n ~= 0 and redis.call('HINCRBY', q.groups_state, 'ready', n) <= 0 then
+    redis.call('HDEL', q.groups_state, 'ready')
+  end
 end
 
 -- Put group g on the ring unless it is on it, paused, at its cap or without ready items; wake a
@@ -66,7 +78,37 @@ local function group_push(q, g, id, next)
     wake(q)
     return
   end
+  redis.call('ZINCRBY', q.groups_backlog, '1', g)
+  add_ready(q, 1)
   group_enter(q, g)
+end
+
+-- An id was popped off group g's list: its backlog drops. Returns the items left on the list.
+-- When the count reaches 0 the list's own length is read, so a count that drifted (an id lost
+-- from the list, which a deep clean puts back) heals there.
+local function group_took(q, g)
+  local left = tonumber(redis.call('ZINCRBY', q.groups_backlog, '-1', g))
+  if left > 0 then
+    add_ready(q, -1)
+    return left
+  end
+  local length = redis.call('LLEN', q.group .. g)
+  if length > 0 then
+    redis.call('ZADD', q.groups_backlog, length, g)
+  else
+    redis.call('ZREM', q.groups_backlog, g)
+  end
+  add_ready(q, length - left - 1)
+  return length
+end
+
+-- Group g's list was found empty: a backlog left by a lost id goes.
+local function group_empty(q, g)
+  local stale = redis.call('ZSCORE', q.groups_backlog, g)
+  if stale then
+    redis.call('ZREM', q.groups_backlog, g)
+    add_ready(q, -tonumber(stale))
+  end
 end
 
 -- An item of group g is no longer in flight (done, released, buried or requeued): the group's

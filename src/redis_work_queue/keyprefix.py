@@ -172,6 +172,7 @@ class QueueKeys:
     events: str
     groups: str
     groups_state: str
+    groups_backlog: str
     grouped: str
     group_prefix: str
     #: The queue's key prefix.

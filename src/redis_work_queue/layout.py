@@ -220,7 +220,13 @@ ROWS: tuple[KeyRow, ...] = (
     KeyRow(
         "groups_state", ":groups:state", "hash", "queue", _S, False,
         "the groups' state: `b:<group>` -> items in flight, `q:<group>` -> on the ring, "
-        "`p:<group>` -> paused, `cap` -> the group concurrency of the fleet",
+        "`p:<group>` -> paused, `cap` -> the group concurrency of the fleet, `ready` -> the "
+        "grouped items waiting on their groups' lists",
+    ),
+    KeyRow(
+        "groups_backlog", ":groups:backlog", "zset", "queue", _S, False,
+        "group -> its items waiting on its list (groups with none are left out): the metrics' "
+        "top groups by backlog",
     ),
     KeyRow(
         "grouped", ":grouped", "hash", "queue", _S, False,

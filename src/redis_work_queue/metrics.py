@@ -4,8 +4,10 @@ Per queue (label ``queue``), read from Redis at each scrape, so any process can 
 
 - gauges ``rwq_queued``, ``rwq_leased``, ``rwq_expired``, ``rwq_delayed``, ``rwq_dead``
   (:meth:`WorkQueue.stats`); ``rwq_delayed_due`` (delayed items whose due time has passed,
-  at most :data:`DUE_CAP`); ``rwq_work``, the work to do, for autoscalers: queued + delayed
-  due + leased + expired;
+  at most :data:`DUE_CAP`); ``rwq_work``, the work to do, for autoscalers: queued (on the
+  main queue and the groups' lists) + delayed due + leased + expired; ``rwq_grouped``, the
+  items waiting on the groups' lists; ``rwq_group_backlog`` (labels ``queue``, ``group``),
+  the items waiting on each of the 10 groups with the most;
   ``rwq_oldest_waiting_seconds``, the age of the item next to be leased, from the time in its
   id (only for UUIDv7 ids, the library's own; absent otherwise); ``rwq_delayed_overdue_seconds``,
   how long ago the earliest delayed item fell due (0 when none is due); ``rwq_workers``, live
@@ -30,7 +32,7 @@ import redis
 
 from .durations import BOUNDS
 from .extras import extra_needed
-from .ops.metrics import DUE_CAP, QueueMetrics, id_time_ms, parse_durations, read_steps
+from .ops.metrics import DUE_CAP, TOP_GROUPS, QueueMetrics, id_time_ms, parse_durations, read_steps
 from .results import QueueCounts
 from .transport import run
 
@@ -50,18 +52,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PREFIX = "rwq_"
-#: Gauge name suffix -> help text, the first five in QueueStats field order.
+#: Gauge name suffix -> help text, the counts of QueueStats in its field order.
 METRICS = {
     "queued": "Items waiting in the main queue.",
     "leased": "Items handed out whose lease is live.",
     "expired": "Items whose lease expired, awaiting a light clean.",
     "delayed": "Items held back until a due time.",
     "dead": "Items in the dead-letter store.",
+    "grouped": "Items waiting on their groups' lists (fair groups).",
 }
 #: The other gauges of a queue.
 GAUGES = {
     "delayed_due": "Delayed items whose due time has passed (leased next).",
-    "work": "Work to do: queued + delayed due + leased + expired (for autoscalers).",
+    "work": "Work to do: queued (main queue and groups) + delayed due + leased + expired (for "
+    "autoscalers).",
     "oldest_waiting_seconds": "Age of the item next to be leased, from its id's time (UUIDv7).",
     "delayed_overdue_seconds": "How long ago the earliest delayed item fell due (0: none due).",
     "workers": "Live workers (registrations whose heartbeat has not lapsed).",
@@ -83,6 +87,11 @@ HISTOGRAM = "job_duration_seconds"
 HISTOGRAM_HELP = "Handler durations measured by the workers, by outcome."
 SHARD_ITEMS = "shard_items"
 SHARD_ITEMS_HELP = "A sharded queue's items by shard and state (stats() of each shard)."
+GROUP_BACKLOG = "group_backlog"
+GROUP_BACKLOG_HELP = (
+    f"Items waiting on a group's list, for the groups with the most (at most {TOP_GROUPS} per "
+    "queue)."
+)
 UP = "up"
 UP_HELP = "1 when Redis answered the last scrape, else 0."
 
@@ -155,12 +164,18 @@ def families(found: Sequence[QueueMetrics] | None) -> list[Family]:
             hist.samples.append(("_count", labels, float(running)))
             hist.samples.append(("_sum", labels, total))
     out.append(hist)
+    top = Family(GROUP_BACKLOG, "gauge", GROUP_BACKLOG_HELP)
+    for m in found:
+        for group, count in m.top_groups:
+            top.samples.append(("", {"queue": m.queue, "group": group}, float(count)))
+    if top.samples:
+        out.append(top)
     shards = Family(SHARD_ITEMS, "gauge", SHARD_ITEMS_HELP)
     for m in found:
         for shard in m.shards:
             for state, value in asdict(shard.stats).items():
-                if not isinstance(value, int):
-                    continue  # the rate limit is not a count of items
+                if state not in METRICS:
+                    continue  # the rate limit and the groups' fields are not counts by state
                 labels = {"queue": m.queue, "shard": shard.queue, "state": state}
                 shards.samples.append(("", labels, float(value)))
     if shards.samples:

@@ -25,8 +25,8 @@ class QueueStats:
         delayed: Items held back until a due time.
         dead: Items in the dead-letter store.
         rate_limit: The queue's rate limit as kept in Redis (see ``set_rate_limit``), or None.
-        grouped: Items that belong to a group, in any state (queued on their group's list,
-            delayed or leased); ``queued`` counts the main queue only.
+        grouped: Items waiting on their groups' lists, to be leased in their groups' turns
+            (``queued`` counts the main queue only).
         group_concurrency: The cap on the items of one group in flight, as kept in Redis (see
             ``set_group_concurrency``), or None.
         groups: The counts of each group asked for with ``stats(groups=...)``, by name.

@@ -17,6 +17,8 @@ from .registry import builds, operation
 
 #: ``rwq_delayed_due`` counts at most this many items (it reads their ids).
 DUE_CAP = 10_000
+#: How many groups the metrics rank by backlog (each a label value of ``rwq_group_backlog``).
+TOP_GROUPS = 10
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class QueueMetrics:
             or that id holds no time).
         delayed_overdue: Seconds since the earliest delayed item fell due (0 when none is).
         workers: Live workers.
+        top_groups: The groups with the most items waiting on their lists (at most
+            :data:`TOP_GROUPS`), most first, each with that count.
         shards: A sharded queue's shards' own metrics (the per-shard view).
     """
 
@@ -45,20 +49,21 @@ class QueueMetrics:
     oldest_waiting: float | None = None
     delayed_overdue: float = 0.0
     workers: int = 0
+    top_groups: tuple[tuple[str, int], ...] = ()
     #: A sharded queue's shards, each with its own metrics (empty for an unsharded queue).
     shards: tuple[QueueMetrics, ...] = ()
 
     @property
     def work(self) -> int:
-        """Work to do: queued + delayed due + leased + expired."""
+        """Work to do: queued (main queue and groups' lists) + delayed due + leased + expired."""
         s = self.stats
-        return s.queued + self.delayed_due + s.leased + s.expired
+        return s.queued + s.grouped + self.delayed_due + s.leased + s.expired
 
 
 @builds("metrics")
-def metrics_call(keys: QueueKeys, due_cap: int) -> ScriptCall:
+def metrics_call(keys: QueueKeys, due_cap: int, top_groups: int) -> ScriptCall:
     """``lua/metrics.lua``: what the exporter reads of a queue besides its stats."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, due_cap)
+    args: tuple[scripts.Arg, ...] = (*keys.script_args, due_cap, top_groups)
     return ScriptCall(scripts.load("metrics"), keys.script_keys, args, None, keys.slot_keys)
 
 
@@ -103,8 +108,8 @@ def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
         return merge(getattr(ops, "name", ops.keys.prefix), parts)
     stats = yield from ops.stats()
     keys = ops.keys
-    reply = yield metrics_call(keys, DUE_CAP)
-    now, counts, durations, oldest, due, first_due, workers = reply
+    reply = yield metrics_call(keys, DUE_CAP, TOP_GROUPS)
+    now, counts, durations, oldest, due, first_due, workers, top = reply
     now_ms = int(now)
     born = id_time_ms(decode(oldest)) if oldest is not None else None
     overdue = 0.0
@@ -119,6 +124,7 @@ def read_steps(ops: QueueOps) -> Steps[QueueMetrics]:
         oldest_waiting=None if born is None else max(now_ms - born, 0) / 1000,
         delayed_overdue=overdue,
         workers=int(workers),
+        top_groups=tuple((decode(top[k]), int(float(top[k + 1]))) for k in range(0, len(top), 2)),
     )
 
 
