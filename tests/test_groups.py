@@ -597,3 +597,31 @@ def test_every_runner_keeps_the_cap_and_the_turns(real_backend: Any, kind: str) 
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert min(gaps) >= 0.09, (group, gaps)
     assert _in_flight(db) == {}
+
+
+def test_metrics_rank_the_groups_by_backlog_and_count_them_in_the_work(db: redis.Redis) -> None:
+    from redis_work_queue.metrics import families  # noqa: PLC0415
+    from redis_work_queue.ops.metrics import TOP_GROUPS, read_steps  # noqa: PLC0415
+    from redis_work_queue.transport import run  # noqa: PLC0415
+
+    queue = WorkQueue(QUEUE)
+    _add(db, queue, None, 2)  # first: no wake-up marker goes on a main queue that has items
+    for k in range(TOP_GROUPS + 5):
+        _add(db, queue, f"g{k:02d}", k + 1)
+    assert queue.lease(db, LEASE_SECS, block=False) is not None  # one of g00..g14 in turn
+    m = run(db, read_steps(queue.ops))
+    total = sum(k + 1 for k in range(TOP_GROUPS + 5))
+    assert m.stats.grouped == total - 1 and m.stats.queued == 2
+    assert m.work == total - 1 + 2 + 1
+    assert len(m.top_groups) == TOP_GROUPS
+    assert m.top_groups[0] == ("g14", 15)
+    assert [count for _, count in m.top_groups] == sorted(
+        (count for _, count in m.top_groups), reverse=True
+    )
+    backlog = next(f for f in families([m]) if f.name == "group_backlog")
+    assert len(backlog.samples) == TOP_GROUPS
+    assert backlog.samples[0] == ("", {"queue": "gq", "group": "g14"}, 15.0)
+    # Drained, the ranking and the total are empty again.
+    _drain(db, queue)
+    m = run(db, read_steps(queue.ops))
+    assert m.top_groups == () and m.stats.grouped == 0
