@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
-from . import transport
+from . import results, transport
 from .clients import SyncClient, SyncPipeline
 from .flow import RateLimit
 from .item import Item
@@ -24,17 +24,6 @@ from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
 from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
-from .results import (
-    CleanReport,
-    DeadLetter,
-    FlushReport,
-    PendingItem,
-    ProgressCallback,
-    QueueCounts,
-    QueuedItem,
-    QueueStats,
-    Released,
-)
 from .transport import run
 
 #: The facade and its ``lease_from``; the shared layer's names stay importable from here.
@@ -286,7 +275,7 @@ class WorkQueue(QueueBase):
         delay: float = 0,
         reason: str | None = None,
         undo: bool = False,
-    ) -> Released:
+    ) -> results.Released:
         """Give a leased item back as :meth:`release` does, and say where it went.
 
         Args:
@@ -415,7 +404,7 @@ class WorkQueue(QueueBase):
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    def light_clean(self, db: SyncClient) -> CleanReport:
+    def light_clean(self, db: SyncClient) -> results.CleanReport:
         """Requeue items whose lease has expired, going through the processing list once.
 
         The list is walked from its oldest end in steps of one script call each, sized from
@@ -436,7 +425,9 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.light_clean())
 
-    def deep_clean(self, db: SyncClient, progress: ProgressCallback | None = None) -> CleanReport:
+    def deep_clean(
+        self, db: SyncClient, progress: results.ProgressCallback | None = None
+    ) -> results.CleanReport:
         """Requeue every item that exists, is not queued and has no lease.
 
         That is what a light clean recovers (expired leases on the processing list, burying
@@ -476,7 +467,7 @@ class WorkQueue(QueueBase):
         start: int = 0,
         count: int = 100,
         preview_bytes: int | None = None,
-    ) -> list[DeadLetter]:
+    ) -> list[results.DeadLetter]:
         """One page of the dead-letter store, oldest first.
 
         Args:
@@ -530,7 +521,7 @@ class WorkQueue(QueueBase):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self, db: SyncClient) -> QueueStats:
+    def stats(self, db: SyncClient) -> results.QueueStats:
         """Queued, leased, expired-awaiting-clean, delayed and dead counts.
 
         The processing list is checked in chunks of 2000 entries, so the counts are not one
@@ -538,7 +529,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.stats())
 
-    def counts(self, db: SyncClient) -> QueueCounts:
+    def counts(self, db: SyncClient) -> results.QueueCounts:
         """The queue's counters: items added, completed, failed, retried, dead, expired, requeued.
 
         The scripts keep them in Redis (``<prefix>:counts``), counting from the queue's first
@@ -552,7 +543,7 @@ class WorkQueue(QueueBase):
         start: int = 0,
         count: int = 10,
         preview_bytes: int | None = None,
-    ) -> list[QueuedItem]:
+    ) -> list[results.QueuedItem]:
         """Look at queued items without taking them.
 
         Args:
@@ -592,7 +583,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.item_data(item_id, dead))
 
-    def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
+    def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[results.PendingItem]:
         """Look at the processing list: leased items, their delivery counts and leases.
 
         Args:
@@ -627,7 +618,9 @@ class WorkQueue(QueueBase):
         """
         return run(db, listing.delayed(self.keys, start, count, preview_bytes))
 
-    def flush(self, db: SyncClient, progress: Callable[[int], None] | None = None) -> FlushReport:
+    def flush(
+        self, db: SyncClient, progress: Callable[[int], None] | None = None
+    ) -> results.FlushReport:
         """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.
 
         Works in chunks (SCAN with the prefix glob-escaped, then UNLINK), so flushing queue
@@ -740,21 +733,9 @@ class WorkQueue(QueueBase):
             MissingExtraError: A cron schedule needs the ``schedules`` extra.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        return run(
-            db,
-            schedule_ops.schedule_steps(
-                self.keys,
-                name,
-                cron=cron,
-                every=every,
-                tz=tz,
-                data=data,
-                start=start,
-                end=end,
-                catch_up=catch_up,
-                overlap=overlap,
-            ),
-        )
+        name = schedule_ops.check_name(name)  # the name is checked before the definition
+        spec = schedule_ops.Spec.of(cron, every, tz, start, end, catch_up, overlap)
+        return run(db, schedule_ops.schedule_steps(self.keys, name, spec, data))
 
     def schedules(self, db: SyncClient) -> list[schedule_ops.Schedule]:
         """The queue's schedules (paused ones first, then by next due time), read in pages."""

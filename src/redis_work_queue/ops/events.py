@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..calls import Ask, Command, Steps
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -48,18 +48,7 @@ EventKind = Literal[
     "cancelled",
     "promoted",
 ]
-EVENT_KINDS: tuple[str, ...] = (
-    "added",
-    "leased",
-    "completed",
-    "failed",
-    "retried",
-    "dead",
-    "expired",
-    "requeued",
-    "cancelled",
-    "promoted",
-)
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 
 _ENTRY_ID = re.compile(r"\d+(-\d+)?")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..keyprefix import QueueKeys
-from ..results import SIZE_OF_DATA
+from ..results import SIZE_OF_DATA, Previewed
 from ..validation import check_page, check_preview, decode
 from .registry import builds, operation
 
@@ -22,7 +22,7 @@ API = "queue.md#the-api"
 
 
 @dataclass(frozen=True)
-class DelayedItem:
+class DelayedItem(Previewed):
     """An item held back until a due time, as seen by :meth:`WorkQueue.delayed`.
 
     Attributes:
@@ -40,15 +40,6 @@ class DelayedItem:
     due_at: float
     data: bytes | None
     size: int | None = SIZE_OF_DATA
-
-    def __post_init__(self) -> None:
-        if self.size == SIZE_OF_DATA:
-            object.__setattr__(self, "size", None if self.data is None else len(self.data))
-
-    @property
-    def truncated(self) -> bool:
-        """True when ``data`` is a preview: a part of the item's data only."""
-        return self.data is not None and self.size is not None and self.size > len(self.data)
 
 
 @builds("delayed")

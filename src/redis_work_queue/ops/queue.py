@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import scripts
-from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
+from ..calls import Command, Pipelined, ScriptCall, Steps
 from ..clients import Reply
 from ..errors import (
     InvalidArgumentTypeError,
@@ -61,6 +61,7 @@ from .lease import (
     LeasePlan,
     LeaseRequest,
     lease_items,
+    lease_request,
 )
 from .registry import Operation, builds, operation, register
 
@@ -467,11 +468,11 @@ class QueueOps:
         count: int = 1,
     ) -> Steps[list[Item]]:
         """Lease up to ``count`` items; see ``WorkQueue.lease``."""
-        request = LeaseRequest.of(
-            lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, count=count
-        )
-        if block:
-            request = request.blocking_at_most((yield Ask("max_block")))
+        request = yield from lease_request(lease_secs, block, timeout, at_most_once, count)
+        return (yield from self.lease_with(request))
+
+    def lease_with(self, request: LeaseRequest) -> Steps[list[Item]]:
+        """Lease for a checked ``request`` (see :func:`.lease.lease_request`)."""
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 

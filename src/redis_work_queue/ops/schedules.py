@@ -493,25 +493,12 @@ def _score(next_ms: int | None) -> int | str:
     cli="schedule",
     docs=DOCS,
 )
-def schedule_steps(
-    keys: QueueKeys,
-    name: str,
-    *,
-    cron: str | None = None,
-    every: float | None = None,
-    tz: str = "UTC",
-    data: bytes | str = b"",
-    start: datetime | float | None = None,
-    end: datetime | float | None = None,
-    catch_up: CatchUp = "one",
-    overlap: Overlap = "add",
-) -> Steps[bool]:
+def schedule_steps(keys: QueueKeys, name: str, spec: Spec, data: bytes | str) -> Steps[bool]:
     """Create or replace schedule ``name``; True when it changed.
 
     False: it was there already, with this definition and data, and keeps its next due time.
     """
     name = check_name(name)
-    spec = Spec.of(cron, every, tz, start, end, catch_up, overlap)
     payload = _data(data)
     now = _now_ms((yield _time(keys)))
     first = spec.after(now)
