@@ -26,7 +26,14 @@ from ..errors import (
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..results import Cancelled, Renewed
-from ..validation import MAX_PROGRESS_BYTES, check_item_id, decode, held_token, when_due
+from ..validation import (
+    MAX_PROGRESS_BYTES,
+    check_item_id,
+    decode,
+    held_token,
+    listed_ids,
+    when_due,
+)
 from .queue import QueueOps, _chunks, _parse_token, requeue_dead_call
 from .registry import builds, operation
 
@@ -89,18 +96,11 @@ def state_call(keys: QueueKeys, *ids: str) -> ScriptCall:
 
 
 def _check_ids(ids: Iterable[str]) -> list[str]:
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        raise InvalidArgumentTypeError(
-            f"ids must be a list of str ids, not {type(ids).__name__} (for one id, call state)"
-        )
-    checked = []
-    for index, item_id in enumerate(ids):
-        if not isinstance(item_id, str):
-            raise InvalidArgumentTypeError(
-                f"ids[{index}] must be a str, not {type(item_id).__name__}"
-            )
-        checked.append(item_id)
-    return checked
+    return listed_ids(
+        ids,
+        lambda: f"ids must be a list of str ids, not {type(ids).__name__} (for one id, call state)",
+        named=False,
+    )
 
 
 def parse_state(item_id: str, row: Sequence[Any]) -> ItemState:

@@ -127,6 +127,8 @@ PIPELINE_CHUNK = 1000
 API = "queue.md#the-api"
 #: The WAIT that follows a write: (replicas, timeout in ms), or None.
 Wait = tuple[int, int] | None
+#: Makes the call that adds a chunk of checked items to a queue (see :meth:`QueueOps.add`).
+AddCall = Callable[["QueueOps", Sequence[Item]], ScriptCall]
 
 
 # The scripts' argument builders -------------------------------------------------------------
@@ -413,10 +415,20 @@ class QueueOps:
         checked = [check_item(item) for item in items]
         wait = self._wait(replicas)
         self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
+
+        def call(queue: QueueOps, chunk: Sequence[Item]) -> ScriptCall:
+            return queue.checked_add(chunk, skip_check, delay, ttl, wait)
+
+        return (yield from self.add_checked(checked, skip_check, call, wait, one))
+
+    def add_checked(
+        self, items: list[Item], skip_check: bool, call: AddCall, wait: Wait, one: bool
+    ) -> Steps[list[bool]]:
+        """Send the adds of checked ``items``; ``call`` makes a chunk's call (see :meth:`add`)."""
         added: list[bool] = []
-        for chunk in _add_chunks(checked):
+        for chunk in _add_chunks(items):
             try:
-                reply: Reply = yield self.checked_add(chunk, skip_check, delay, ttl, wait)
+                reply: Reply = yield call(self, chunk)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = added
@@ -425,6 +437,10 @@ class QueueOps:
             added += (bool(flag) for flag in flags)
             self._check_acked(wait, reply, added[0] if one else added)
         return added
+
+    def quick_add_keys(self, item_id: str, skip_check: bool) -> QueueKeys | None:
+        """The keys of the queue a plain add of ``item_id`` goes to in one call, or None."""
+        return self.keys
 
     @operation(
         methods=("add_item", "add_unique_item"),
@@ -445,8 +461,11 @@ class QueueOps:
         if delay is None and ttl is None and replicas is None and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
-            flag = "1" if skip_check else "0"
-            return bool((yield add_call(self.keys, flag, 0, 0, 0, item.id(), item.data()))[0])
+            item_id = item.id()
+            keys = self.quick_add_keys(item_id, skip_check)
+            if keys is not None:
+                flag = "1" if skip_check else "0"
+                return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
         added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
         return added[0]
 

@@ -38,7 +38,6 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 from .. import results
@@ -50,7 +49,7 @@ from ..retryable import transient
 from ..validation import check_item, check_item_id, check_page, check_preview, to_ms
 from . import lease as lease_ops
 from .lease import LeaseRequest, lease_items
-from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps, add_call, complete_call
+from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, AddCall, QueueOps, Wait, complete_call
 from .registry import operation
 
 #: How many leases in a row a caller takes from one shard before it moves on to the next one.
@@ -238,44 +237,36 @@ class ShardedOps(QueueOps):
         """The calls that queue an unchecked add on a caller's pipeline (on the item's shard)."""
         return self.shard_for(check_item(item).id()).pipeline_add(item)
 
-    def add(
-        self,
-        items: Iterable[Item],
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-        *,
-        one: bool = False,
+    def add_checked(
+        self, items: list[Item], skip_check: bool, call: AddCall, wait: Wait, one: bool
     ) -> Steps[list[bool]]:
-        """Add items: one call per shard (per chunk), sent together; one flag per item."""
-        checked = [check_item(item) for item in items]
-        wait = self._wait(replicas)
-        self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
-        flags: list[bool | None] = [None] * len(checked)
+        """Add checked ``items``: one call per shard (per chunk), sent together."""
+        flags: list[bool | None] = [None] * len(items)
         if not skip_check and self.shards_before:
-            for position, item in enumerate(checked):
+            for position, item in enumerate(items):
                 if (yield from self._exists_elsewhere(item.id())):
                     flags[position] = False
         groups: dict[int, list[int]] = {}
-        for position, item in enumerate(checked):
+        for position, item in enumerate(items):
             if flags[position] is None:
                 shard = self.shard_for(item.id())
                 groups.setdefault(self.shard_ops.index(shard), []).append(position)
         calls: list[tuple[ScriptCall, list[int]]] = []
         for index, positions in groups.items():
             shard = self.shard_ops[index]
-            for chunk in _chunks_of(positions, checked):
-                chunk_items = [checked[p] for p in chunk]
-                calls.append((shard.checked_add(chunk_items, skip_check, delay, ttl, wait), chunk))
+            for chunk in _chunks_of(positions, items):
+                calls.append((call(shard, [items[p] for p in chunk]), chunk))
         if wait is None:
-            replies = (yield Pipelined(tuple(call for call, _ in calls))) if calls else []
+            if len(calls) == 1:
+                replies = [(yield calls[0][0])]
+            else:
+                replies = (yield Pipelined(tuple(sent for sent, _ in calls))) if calls else []
             for (_, chunk), reply in zip(calls, replies, strict=True):
                 for position, flag in zip(chunk, _flags(reply), strict=True):
                     flags[position] = bool(flag)
         else:
-            for call, chunk in calls:
-                reply = yield call
+            for sent, chunk in calls:
+                reply = yield sent
                 for position, flag in zip(chunk, _flags(reply[0]), strict=True):
                     flags[position] = bool(flag)
                 done = [bool(f) for f in flags if f is not None]
@@ -290,29 +281,9 @@ class ShardedOps(QueueOps):
                 return True
         return False
 
-    def add_one(
-        self,
-        item: Item,
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-    ) -> Steps[bool]:
-        """Add one item, on its shard; True when it was added."""
-        item = check_item(item)
-        common = delay is None and ttl is None and replicas is None and not self.replicas
-        if common and (skip_check or not self.shards_before):
-            # The common case, kept as short as an unsharded queue's: it is a hot path.
-            item_id = item.id()
-            keys = self.shard_for(item_id).keys
-            flag = "1" if skip_check else "0"
-            return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
-        if not skip_check and self.shards_before:
-            self.checked_add([], skip_check, delay, ttl)
-            if (yield from self._exists_elsewhere(item.id())):
-                return False
-        shard = self.shard_for(item.id())
-        return (yield from shard.add_one(item, skip_check, delay, ttl, replicas))
+    def quick_add_keys(self, item_id: str, skip_check: bool) -> QueueKeys | None:
+        """The item's shard, unless an add that checks must look at an earlier count's too."""
+        return self.shard_for(item_id).keys if skip_check or not self.shards_before else None
 
     # Leasing ----------------------------------------------------------------------------------
 
@@ -501,15 +472,14 @@ class ShardedOps(QueueOps):
     def pending(self, start: int, count: int) -> Steps[list[results.PendingItem]]:
         """A page of the merged processing lists, oldest lease first."""
         check_page(start, count)
-        newest = start < 0
-        want = -start if newest else start + count
-        rows: list[results.PendingItem] = []
-        for shard in self.shard_ops:
-            rows += yield from shard.pending(-want if newest else 0, want)
-        rows.sort(key=lambda row: math.inf if row.leased_at is None else row.leased_at)
-        if newest:
-            return rows[-want:][:count]
-        return rows[start : start + count]
+        return (
+            yield from self._merged(
+                start,
+                count,
+                lambda shard, first, want: shard.pending(first, want),
+                lambda row: math.inf if row.leased_at is None else row.leased_at,
+            )
+        )
 
     def dead_letters(
         self, start: int, count: int, preview_bytes: int | None = None
@@ -517,12 +487,33 @@ class ShardedOps(QueueOps):
         """A page of the merged dead letters, oldest first."""
         check_page(start, count)
         check_preview(preview_bytes)
+        return (
+            yield from self._merged(
+                start,
+                count,
+                lambda shard, first, want: shard.dead_letters(first, want, preview_bytes),
+                lambda row: row.died_at,
+            )
+        )
+
+    def _merged(
+        self,
+        start: int,
+        count: int,
+        page: Callable[[QueueOps, int, int], Steps[list[T]]],
+        order: Callable[[T], float],
+    ) -> Steps[list[T]]:
+        """A page of rows merged over the shards, in ``order``.
+
+        ``page(shard, first, want)`` reads ``want`` rows of a shard from ``first`` (a negative
+        ``first`` counts from the end); each shard gives the rows the merged page may need.
+        """
         newest = start < 0
         want = -start if newest else start + count
-        rows: list[results.DeadLetter] = []
+        rows: list[T] = []
         for shard in self.shard_ops:
-            rows += yield from shard.dead_letters(-want if newest else 0, want, preview_bytes)
-        rows.sort(key=lambda row: row.died_at)
+            rows += yield from page(shard, -want if newest else 0, want)
+        rows.sort(key=order)
         if newest:
             return rows[-want:][:count]
         return rows[start : start + count]
