@@ -7,7 +7,6 @@ the details); only the call is awaited. Both run the same operations (:mod:`.ops
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -363,17 +362,10 @@ class AsyncWorkQueue(QueueBase):
         self, db: AsyncClient, since: str = "0", block: float | None = None
     ) -> AsyncIterator[Event]:
         """See :meth:`WorkQueue.events`; use with ``async for``."""
-        block = events_ops.check_block(block)
-        deadline = None if block is None else time.monotonic() + block
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            since, found = await arun(db, events_ops.read_events(self.ops, since, left or None))
-            if found:
-                for event in found:
-                    yield event
-                deadline = None if block is None else time.monotonic() + block
-            elif deadline is None or time.monotonic() >= deadline:
-                return
+        feed = events_ops.Feed(self.ops, since, block)
+        while (page := feed.page()) is not None:
+            for event in await arun(db, page):
+                yield event
 
 
 async def lease_from(

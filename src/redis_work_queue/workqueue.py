@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -961,16 +960,9 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``since`` is not an event id, ``"0"`` or ``"$"``, or
                 ``block`` is negative.
         """
-        block = events_ops.check_block(block)
-        deadline = None if block is None else time.monotonic() + block
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            since, found = run(db, events_ops.read_events(self.ops, since, left or None))
-            if found:
-                yield from found
-                deadline = None if block is None else time.monotonic() + block
-            elif deadline is None or time.monotonic() >= deadline:
-                return
+        feed = events_ops.Feed(self.ops, since, block)
+        while (page := feed.page()) is not None:
+            yield from run(db, page)
 
 
 def lease_from(
