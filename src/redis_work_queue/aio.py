@@ -24,6 +24,7 @@ from .ops import sharded as sharded_ops
 from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
+from .ops.queue import Adding
 from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .transport import arun
@@ -45,9 +46,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> bool:
         """See :meth:`WorkQueue.add_item`."""
-        return await arun(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return await arun(db, self.ops.add_one(item, False, Adding(delay, ttl, replicas)))
 
     async def add_unique_item(
         self,
@@ -58,9 +57,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> None:
         """See :meth:`WorkQueue.add_unique_item`."""
-        await arun(
-            db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        await arun(db, self.ops.add_one(item, True, Adding(delay, ttl, replicas)))
 
     async def add_items(
         self,
@@ -72,9 +69,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> list[bool]:
         """See :meth:`WorkQueue.add_items`."""
-        return await arun(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return await arun(db, self.ops.add(items, unique, Adding(delay, ttl, replicas)))
 
     def add_unique_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""

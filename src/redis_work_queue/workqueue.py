@@ -21,6 +21,7 @@ from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
+from .ops.queue import Adding
 from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
 from .transport import run
@@ -79,9 +80,7 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
             ReplicationError: Too few replicas acknowledged the add in time.
         """
-        return run(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return run(db, self.ops.add_one(item, False, Adding(delay, ttl, replicas)))
 
     def add_unique_item(
         self,
@@ -101,7 +100,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        run(db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas))
+        run(db, self.ops.add_one(item, True, Adding(delay, ttl, replicas)))
 
     def add_items(
         self,
@@ -128,9 +127,7 @@ class WorkQueue(QueueBase):
         Returns:
             One flag per item, in order: True when it was added, False when its id existed.
         """
-        return run(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return run(db, self.ops.add(items, unique, Adding(delay, ttl, replicas)))
 
     def add_unique_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes.

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import OutOfMemoryError
@@ -192,11 +193,7 @@ class _Tally:
     def snapshot(self) -> CleanProgress:
         return CleanProgress(
             phase=self.phase,
-            examined=self.examined,
-            requeued=self.requeued,
-            dropped=self.dropped,
-            dead=self.dead,
-            forgotten=self.forgotten,
+            **asdict(self.report()),
             elapsed=time.monotonic() - self.started,
             longest_call=self.longest_us / 1e6,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import scripts
 from ..calls import Command, Pipelined, ScriptCall, Steps
@@ -127,6 +127,26 @@ PIPELINE_CHUNK = 1000
 API = "queue.md#the-api"
 #: The WAIT that follows a write: (replicas, timeout in ms), or None.
 Wait = tuple[int, int] | None
+
+
+class Adding(NamedTuple):
+    """The options of an add, as the public methods take them; checked when the add runs."""
+
+    #: Seconds from now, or an aware ``datetime``, when the item falls due; None: now.
+    delay: float | datetime | None = None
+    #: Seconds the item lives; None: until it is completed.
+    ttl: float | None = None
+    #: Replicas that must acknowledge the add; None: the queue's own setting.
+    replicas: int | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No option is given."""
+        return self.delay is None and self.ttl is None and self.replicas is None
+
+
+#: An add with no option: the common case.
+PLAIN = Adding()
 #: Makes the call that adds a chunk of checked items to a queue (see :meth:`QueueOps.add`).
 AddCall = Callable[["QueueOps", Sequence[Item]], ScriptCall]
 
@@ -397,14 +417,7 @@ class QueueOps:
 
     @operation(methods=("add_items",), scripts=("add",), commands=("WAIT",), writes=True, docs=API)
     def add(
-        self,
-        items: Iterable[Item],
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-        *,
-        one: bool = False,
+        self, items: Iterable[Item], skip_check: bool, options: Adding = PLAIN, *, one: bool = False
     ) -> Steps[list[bool]]:
         """Add items, in chunks; one flag per item, True when it was added.
 
@@ -413,7 +426,8 @@ class QueueOps:
         flags of the chunks written before.
         """
         checked = [check_item(item) for item in items]
-        wait = self._wait(replicas)
+        delay, ttl = options.delay, options.ttl
+        wait = self._wait(options.replicas)
         self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
 
         def call(queue: QueueOps, chunk: Sequence[Item]) -> ScriptCall:
@@ -449,16 +463,9 @@ class QueueOps:
         writes=True,
         docs=API,
     )
-    def add_one(
-        self,
-        item: Item,
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-    ) -> Steps[bool]:
+    def add_one(self, item: Item, skip_check: bool, options: Adding = PLAIN) -> Steps[bool]:
         """Add one item; True when it was added."""
-        if delay is None and ttl is None and replicas is None and not self.replicas:
+        if options.plain and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
             item_id = item.id()
@@ -466,7 +473,7 @@ class QueueOps:
             if keys is not None:
                 flag = "1" if skip_check else "0"
                 return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
-        added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
+        added = yield from self.add([item], skip_check, options, one=True)
         return added[0]
 
     # Leasing ----------------------------------------------------------------------------------
@@ -479,12 +486,7 @@ class QueueOps:
         docs=API,
     )
     def lease(
-        self,
-        lease_secs: float,
-        block: bool,
-        timeout: float,
-        at_most_once: bool = False,
-        count: int = 1,
+        self, lease_secs: float, block: bool, timeout: float, at_most_once: bool, count: int = 1
     ) -> Steps[list[Item]]:
         """Lease up to ``count`` items; see ``WorkQueue.lease``."""
         request = yield from lease_request(lease_secs, block, timeout, at_most_once, count)
@@ -503,11 +505,7 @@ class QueueOps:
         docs=API,
     )
     def lease_one(
-        self,
-        lease_secs: float,
-        block: bool,
-        timeout: float,
-        at_most_once: bool = False,
+        self, lease_secs: float, block: bool, timeout: float, at_most_once: bool = False
     ) -> Steps[Item | None]:
         """Lease one item, or None; see ``WorkQueue.lease``."""
         leased = yield from self.lease(lease_secs, block, timeout, at_most_once)
