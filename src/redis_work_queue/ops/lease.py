@@ -199,16 +199,7 @@ def claim_call(
     max_deliveries: int,
 ) -> ScriptCall:
     """``lua/claim.lua``: lease the id ``moved`` that a blocking pop took off the main queue."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        lease_ms,
-        token,
-        once,
-        moved,
-        waiter,
-        max_deliveries,
-    )
-    return ScriptCall(scripts.load("claim"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "claim", lease_ms, token, once, moved, waiter, max_deliveries)
 
 
 class LeasePlan:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..keyprefix import QueueKeys
 from ..results import SIZE_OF_DATA, Previewed
@@ -48,8 +47,7 @@ def delayed_call(keys: QueueKeys, first: int, last: int, preview: int) -> Script
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("delayed"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "delayed", first, last, preview)
 
 
 @operation(methods=("delayed",), scripts=("delayed",), docs=API)

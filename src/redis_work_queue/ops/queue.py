@@ -165,22 +165,13 @@ def add_call(
     wait: Wait = None,
 ) -> ScriptCall:
     """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        skip_check,
-        delay_ms,
-        due_ms,
-        ttl_ms,
-        *items,
-    )
-    return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
+    return ScriptCall.on(keys, "add", skip_check, delay_ms, due_ms, ttl_ms, *items, wait=wait)
 
 
 @builds("renew")
 def renew_call(keys: QueueKeys, item_id: str, token: str, lease_ms: int) -> ScriptCall:
     """``lua/renew.lua``: extend the lease on ``item_id`` while it holds ``token``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, token, lease_ms)
-    return ScriptCall(scripts.load("renew"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "renew", item_id, token, lease_ms)
 
 
 @builds("release")
@@ -194,24 +185,14 @@ def release_call(
     reason: str | None = None,
 ) -> ScriptCall:
     """``lua/release.lua``: give ``item_id`` back while it holds ``token``."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        item_id,
-        token,
-        delay_ms,
-        max_deliveries,
-        undo,
-    )
-    if reason is not None:
-        args += (reason,)
-    return ScriptCall(scripts.load("release"), keys.script_keys, args, None, keys.slot_keys)
+    reasons = () if reason is None else (reason,)
+    return ScriptCall.on(keys, "release", item_id, token, delay_ms, max_deliveries, undo, *reasons)
 
 
 @builds("complete")
 def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
     """``lua/complete.lua``: complete the items ``ids``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, *ids)
-    return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
+    return ScriptCall.on(keys, "complete", *ids, wait=wait)
 
 
 @builds("complete_result")
@@ -219,15 +200,13 @@ def complete_result_call(
     keys: QueueKeys, keep_ms: int, item_id: str, result: bytes, *, wait: Wait = None
 ) -> ScriptCall:
     """``lua/complete_result.lua``: complete ``item_id`` and keep ``result`` for ``keep_ms``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, keep_ms, item_id, result)
-    return ScriptCall(scripts.load("complete_result"), keys.script_keys, args, wait, keys.slot_keys)
+    return ScriptCall.on(keys, "complete_result", keep_ms, item_id, result, wait=wait)
 
 
 @builds("stats")
 def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "stats", first, last)
 
 
 @builds("peek")
@@ -236,15 +215,13 @@ def peek_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCal
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("peek"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "peek", first, last, preview)
 
 
 @builds("pending")
 def pending_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/pending.lua``: the processing list's entries first..last, with their leases."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("pending"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "pending", first, last)
 
 
 @builds("dead_letters")
@@ -253,22 +230,19 @@ def dead_letters_call(keys: QueueKeys, first: int, last: int, preview: int) -> S
 
     ``preview`` is how many bytes of each dead letter's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("dead_letters"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "dead_letters", first, last, preview)
 
 
 @builds("requeue_dead")
 def requeue_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/requeue_dead.lua``: requeue the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
-    return ScriptCall(scripts.load("requeue_dead"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "requeue_dead", which, *chosen)
 
 
 @builds("purge_dead")
 def purge_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/purge_dead.lua``: delete the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
-    return ScriptCall(scripts.load("purge_dead"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "purge_dead", which, *chosen)
 
 
 #: The builders of the dead-letter actions, by script name.

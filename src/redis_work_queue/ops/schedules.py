@@ -416,8 +416,7 @@ def schedule_set_call(
     keys: QueueKeys, name: str, spec: str, data: bytes, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_set.lua``: create or replace schedule ``name``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, spec, data, next_ms)
-    return ScriptCall(scripts.load("schedule_set"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_set", name, spec, data, next_ms)
 
 
 @builds("schedule_change")
@@ -425,15 +424,13 @@ def schedule_change_call(
     keys: QueueKeys, name: str, action: str, spec: str, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_change.lua``: pause, resume or remove schedule ``name``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, action, spec, next_ms)
-    return ScriptCall(scripts.load("schedule_change"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_change", name, action, spec, next_ms)
 
 
 @builds("schedule_due")
 def schedule_due_call(keys: QueueKeys, owner: str, turn_ms: int, limit: int) -> ScriptCall:
     """``lua/schedule_due.lua``: the due schedules (taking the fleet's turn when ``owner``)."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, owner, turn_ms, limit)
-    return ScriptCall(scripts.load("schedule_due"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_due", owner, turn_ms, limit)
 
 
 @builds("schedule_fire")
@@ -443,8 +440,7 @@ def schedule_fire_call(keys: QueueKeys, *schedules: scripts.Arg) -> ScriptCall:
     ``schedules`` holds, for each schedule, its name, the definition read, the due time read,
     the next due time, the overlap flag, the number of ids, then the ids (see :func:`firing`).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, *schedules)
-    return ScriptCall(scripts.load("schedule_fire"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_fire", *schedules)
 
 
 def firing(
@@ -457,8 +453,7 @@ def firing(
 @builds("schedule_list")
 def schedule_list_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/schedule_list.lua``: the schedules of ranks first..last."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("schedule_list"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_list", first, last)
 
 
 # The operations -------------------------------------------------------------------------------
