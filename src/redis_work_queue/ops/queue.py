@@ -164,8 +164,12 @@ def add_call(
     *items: scripts.Arg,
     wait: Wait = None,
 ) -> ScriptCall:
-    """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
-    return ScriptCall.on(keys, "add", skip_check, delay_ms, due_ms, ttl_ms, *items, wait=wait)
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each).
+
+    The call is made here, not by :meth:`ScriptCall.on`: adding is a hot path.
+    """
+    args = (*keys.script_args, skip_check, delay_ms, due_ms, ttl_ms, *items)
+    return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
 
 
 @builds("renew")
