@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, NamedTuple
 
 from .. import scripts
@@ -144,6 +145,19 @@ class Adding(NamedTuple):
         """No option is given."""
         return self.delay is None and self.ttl is None and self.replicas is None
 
+
+#: The registration of an operation that writes, documented with the API.
+_writing = partial(operation, writes=True, docs=API)
+#: The registration of the leasing operations, which differ only in their method.
+_leasing = partial(
+    operation,
+    scripts=("lease", "claim", "set_rate"),
+    commands=("BRPOPLPUSH",),
+    writes=True,
+    docs=API,
+)
+#: The registration of a writing operation sent as independent calls in pipelines.
+_pipelined_op = partial(operation, commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"), writes=True, docs=API)
 
 #: An add with no option: the common case.
 PLAIN = Adding()
@@ -372,13 +386,11 @@ class QueueOps:
         flag = "1" if skip_check else "0"
         return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
-    @operation(
+    @_writing(
         methods=("add_item_to_pipeline", "add_unique_item_to_pipeline"),
         scripts=("add",),
         commands=("LLEN", "SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
         via=("add_unique_item",),
-        docs=API,
     )
     def pipeline_add(self, item: Item) -> tuple[ScriptCall, Command]:
         """The calls that queue the add of one item whose id is new on a caller's pipeline.
@@ -434,12 +446,10 @@ class QueueOps:
         """The keys of the queue a plain add of ``item_id`` goes to in one call, or None."""
         return self.keys
 
-    @operation(
+    @_writing(
         methods=("add_item", "add_unique_item"),
         scripts=("add",),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
     def add_one(self, item: Item, skip_check: bool, options: Adding = PLAIN) -> Steps[bool]:
         """Add one item; True when it was added."""
@@ -456,13 +466,7 @@ class QueueOps:
 
     # Leasing ----------------------------------------------------------------------------------
 
-    @operation(
-        methods=("lease_many",),
-        scripts=("lease", "claim", "set_rate"),
-        commands=("BRPOPLPUSH",),
-        writes=True,
-        docs=API,
-    )
+    @_leasing(methods=("lease_many",))
     def lease(
         self, lease_secs: float, block: bool, timeout: float, at_most_once: bool, count: int = 1
     ) -> Steps[list[Item]]:
@@ -475,13 +479,7 @@ class QueueOps:
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
-    @operation(
-        methods=("lease",),
-        scripts=("lease", "claim", "set_rate"),
-        commands=("BRPOPLPUSH",),
-        writes=True,
-        docs=API,
-    )
+    @_leasing(methods=("lease",))
     def lease_one(
         self, lease_secs: float, block: bool, timeout: float, at_most_once: bool = False
     ) -> Steps[Item | None]:
@@ -499,13 +497,7 @@ class QueueOps:
         item, token = held_token(item)
         return renew_call(self.keys, item.id(), token, to_ms(lease_secs, "lease_secs"))
 
-    @operation(
-        methods=("renew_many",),
-        scripts=("renew",),
-        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
-        docs=API,
-    )
+    @_pipelined_op(methods=("renew_many",), scripts=("renew",))
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
         flags = yield from self._pipelined(
@@ -513,13 +505,7 @@ class QueueOps:
         )
         return flags
 
-    @operation(
-        methods=("give_back",),
-        scripts=("release",),
-        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
-        docs=API,
-    )
+    @_pipelined_op(methods=("give_back",), scripts=("release",))
     def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
         """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
         calls = [self.checked_release(i, 0, reason, undo=True) for i in items]
@@ -570,12 +556,10 @@ class QueueOps:
 
     # Completing -------------------------------------------------------------------------------
 
-    @operation(
+    @_writing(
         methods=("complete_many",),
         scripts=("complete",),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
     def complete(
         self, items: Iterable[Item], replicas: int | None = None, *, one: bool = False
@@ -601,12 +585,10 @@ class QueueOps:
             self._check_acked(wait, reply, bool(done) if one else done)
         return done
 
-    @operation(
+    @_writing(
         methods=("complete",),
         scripts=("complete", "complete_result"),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
     def complete_one(
         self, item: Item, replicas: int | None = None, result: bytes | str | None = None
@@ -639,13 +621,11 @@ class QueueOps:
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    @operation(
+    @_writing(
         methods=("light_clean",),
         scripts=("light_clean", "forget_gone"),
         commands=("LLEN",),
-        writes=True,
         cli="light-clean",
-        docs=API,
     )
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
@@ -665,7 +645,7 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
-    @operation(
+    @_writing(
         methods=("deep_clean",),
         scripts=(
             "deep_clean_scan",
@@ -677,9 +657,7 @@ class QueueOps:
             "forget_gone",
         ),
         commands=("LLEN",),
-        writes=True,
         cli="deep-clean",
-        docs=API,
     )
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
         """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
@@ -833,12 +811,10 @@ class QueueOps:
                 progress(done)
         return done
 
-    @operation(
+    @_writing(
         methods=("requeue_dead",),
         scripts=("requeue_dead",),
-        writes=True,
         cli="dead-letters",
-        docs=API,
     )
     def requeue_dead(
         self, ids: Iterable[str] | None, progress: Callable[[int], None] | None = None
@@ -849,12 +825,10 @@ class QueueOps:
         """
         return (yield from self._dead_action("requeue_dead", ids, progress))
 
-    @operation(
+    @_writing(
         methods=("purge_dead",),
         scripts=("purge_dead",),
-        writes=True,
         cli="dead-letters",
-        docs=API,
     )
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
+from functools import partial
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -501,25 +502,17 @@ def schedule_steps(keys: QueueKeys, name: str, spec: Spec, data: bytes | str) ->
     return int(reply) != 0
 
 
-@operation(
-    methods=("pause_schedule",),
-    scripts=("schedule_change",),
-    writes=True,
-    cli="schedule",
-    docs=DOCS,
-)
+#: The registration of the operations that change one schedule with one script call.
+_changing = partial(operation, scripts=("schedule_change",), writes=True, docs=DOCS)
+
+
+@_changing(methods=("pause_schedule",), cli="schedule")
 def pause_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Pause schedule ``name``: True when it was running."""
     return int((yield schedule_change_call(keys, check_name(name), "pause", "", 0))) == 1
 
 
-@operation(
-    methods=("resume_schedule",),
-    scripts=("schedule_change",),
-    commands=("TIME", "HGET"),
-    writes=True,
-    docs=DOCS,
-)
+@_changing(methods=("resume_schedule",), commands=("TIME", "HGET"))
 def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Resume schedule ``name`` from its next due time after now; True when it was paused.
 
@@ -544,13 +537,7 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     )
 
 
-@operation(
-    methods=("remove_schedule",),
-    scripts=("schedule_change",),
-    writes=True,
-    cli="schedule",
-    docs=DOCS,
-)
+@_changing(methods=("remove_schedule",), cli="schedule")
 def remove_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Remove schedule ``name`` (the occurrences it added stay): True when it existed."""
     return int((yield schedule_change_call(keys, check_name(name), "remove", "", 0))) == 1
