@@ -79,8 +79,7 @@ def group_set_call(keys: QueueKeys, mode: str, value: scripts.Arg) -> ScriptCall
     ``mode`` is ``'cap'`` or ``'declare'`` (``value``: the cap, 0 for none), or ``'pause'`` or
     ``'resume'`` (``value``: the group).
     """
-    args = (*keys.script_args, mode, value)
-    return ScriptCall(scripts.load("group_set"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "group_set", mode, value)
 
 
 @operation(methods=("set_group_concurrency",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
