@@ -1,6 +1,8 @@
 -- complete_held: complete items, each only while the caller still holds its lease.
 --#include queue.lua
 --#include events.lua
+--#include wake.lua
+--#include group.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1...) held: an item's id and the lease value (token@ms) its lease was given, for each item
 -- Returns, per pair, 1 when this call completed the item and 0 when it did not: the lease is not
@@ -8,8 +10,8 @@
 -- completed already. Nothing changes for an item the caller does not hold.
 -- Keeps: a caller never removes an item it does not hold, so a late or repeated call cannot take
 -- away work that another worker is doing, nor an item added again under the same id; no
--- bookkeeping of a completed item is left behind; every key the call may write is type-checked
--- before its first write.
+-- bookkeeping of a completed item is left behind (a grouped item leaves its group's count, see
+-- group.lua); every key the call may write is type-checked before its first write.
 local ids, tokens, leases = {}, {}, {}
 for i = NQ + 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -29,6 +31,12 @@ for j, id in ipairs(ids) do
   end
 end
 check_types('list', {Q.processing}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'string', items)
+check_groups(Q)
+local groups = groups_of(Q, ids)
+if SIZES[Q.grouped] > 0 then
+  check_types('list', {Q.queue})
+  check_wake(Q)
+end
 local done, completed = {}, 0
 for j, id in ipairs(ids) do
   -- A lease read above may be gone by now only if an earlier pair of this call completed it.
@@ -38,6 +46,10 @@ for j, id in ipairs(ids) do
     redis.call('LREM', Q.processing, -1, id)
     redis.call('DEL', leases[j])
     forget(Q, id)
+    if groups[j] then
+      redis.call('HDEL', Q.grouped, id)
+      group_done(Q, groups[j])
+    end
     if done[j] == 1 then
       emit(Q, 'completed', id)
     end

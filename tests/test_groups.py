@@ -625,3 +625,17 @@ def test_metrics_rank_the_groups_by_backlog_and_count_them_in_the_work(db: redis
     _drain(db, queue)
     m = run(db, read_steps(queue.ops))
     assert m.top_groups == () and m.stats.grouped == 0
+
+
+def test_a_held_completion_counts_a_grouped_item_out_of_flight(db: redis.Redis) -> None:
+    from redis_work_queue.ops.spark import complete_held  # noqa: PLC0415
+    from redis_work_queue.transport import run  # noqa: PLC0415
+
+    queue = WorkQueue(QUEUE, group_concurrency=1)
+    _add(db, queue, "A", 2)
+    item = queue.lease(db, LEASE_SECS, block=False)
+    assert item is not None and queue.lease(db, LEASE_SECS, block=False) is None
+    assert run(db, complete_held(queue.ops, [(item.id(), item.lease_token)])) == 1
+    assert _in_flight(db) == {} and db.hget(GK.grouped, item.id()) is None
+    nxt = queue.lease(db, LEASE_SECS, block=False)
+    assert nxt is not None and nxt.id() == "A1"
