@@ -259,7 +259,7 @@ def test_a_blocked_worker_gets_a_grouped_item_added_later(real_db: redis.Redis) 
 
 
 def test_a_delayed_grouped_item_falls_due_onto_its_group(db: redis.Redis, queue: WorkQueue) -> None:
-    queue.add_item(db, Item(b"d", id="later"), delay=0.05, group="A")
+    queue.add_item(db, Item(b"d", id="later"), delay=1.5, group="A")
     _add(db, queue, "B", 1)
     assert _drain(db, queue, complete=False) == ["B0"]
     assert queue.stats(db).delayed == 1
