@@ -25,6 +25,7 @@ from redis_work_queue import (
     Item,
     KeyPrefix,
     WorkQueue,
+    complete_and_lease_from,
 )
 from redis_work_queue.errors import InvalidArgumentTypeError
 from redis_work_queue.flow import MAX_GROUP_BYTES
@@ -639,3 +640,16 @@ def test_a_held_completion_counts_a_grouped_item_out_of_flight(db: redis.Redis) 
     assert _in_flight(db) == {} and db.hget(GK.grouped, item.id()) is None
     nxt = queue.lease(db, LEASE_SECS, block=False)
     assert nxt is not None and nxt.id() == "A1"
+
+
+def test_a_grouped_item_given_back_is_next_in_its_group(db: redis.Redis, queue: WorkQueue) -> None:
+    _add(db, queue, "A", 3)
+    first = queue.lease(db, LEASE_SECS, block=False)
+    assert first is not None and first.id() == "A0"
+    assert queue.give_back(db, [first]) == [True]
+    assert _in_flight(db) == {}
+    again = queue.lease(db, LEASE_SECS, block=False)
+    assert again is not None and again.id() == "A0" and again.deliveries == 1
+    done, found = complete_and_lease_from(db, queue, again, [queue], LEASE_SECS)
+    assert done and found is not None and found[1].id() == "A1"
+    assert _in_flight(db) == {"A": 1}
