@@ -84,7 +84,9 @@ class Batch:
                     arrived: Flag | None = self._arrived
                 else:
                     self._leasing = True
-                    count = self._waiting + 1
+                    # The slots waiting, this one, and the one writing completions (its
+                    # handler has returned: it takes an item once its call is written).
+                    count = self._waiting + 1 + (1 if self._writing else 0)
                     arrived = None
             if arrived is not None:
                 try:
@@ -161,6 +163,9 @@ class Batch:
                 return True
             self._writing = True
         try:
+            # Let the slots that got items with this one finish theirs first: they go out in
+            # the same call.
+            yield Pause(0, self.core.stop_flag)
             while True:
                 with self._lock:
                     jobs, self._pending = self._pending, []
