@@ -191,6 +191,7 @@ class Batch:
         for entry in jobs:
             by_queue.setdefault(entry[0].queue.name.prefix, []).append(entry)
         core = self.core
+        debug = logger.isEnabledFor(logging.DEBUG)  # each completion is logged
         for group in by_queue.values():
             queue = group[0][0].queue
             items = [job.item for job, _, _ in group]
@@ -208,9 +209,15 @@ class Batch:
                 continue
             done = {item.id() for item in tried.value}
             outages = core.outage.started
+            plain = 0  # completed by this call's first try, as expected: counted together
             for job, lost, before in group:
                 retried = tried.retried or outages != before
-                core.counted(job, job.item.id() in done, lost, retried)
+                if not lost and not retried and job.item.id() in done and not debug:
+                    plain += 1
+                else:
+                    core.counted(job, job.item.id() in done, lost, retried)
+            if plain:
+                core.count(completed=plain)
 
 
 def _slot_keys(ops: Sequence[QueueOps]) -> tuple[str, ...]:
