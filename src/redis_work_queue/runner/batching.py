@@ -3,12 +3,14 @@
 With ``batch=True`` (the default) and more than one slot in one process (threads of a
 ``Worker``, tasks of an ``AsyncWorker``), a slot that needs an item takes one leased for the
 slot set if there is one; else, when no other slot is leasing, it leases as many items as
-there are slots waiting for one, itself included, in one call (the queues' lease script with a
-count), keeps the first and hands the others to the waiting slots; else it waits for the slot
-that is leasing. A slot whose handler returned hands its item to the completion of the slot
-set and goes on at once: the first slot with a completion to write becomes the writer and
-writes every completion handed over until none is left, one call per queue (``complete``
-with every id), so completions that arrive while a call is in flight go in the next one. No
+there are slots waiting for one, itself included, and the slot writing completions (its
+handler has returned), in one call (the queues' lease script with a count), keeps the first
+and hands the others to the waiting slots; else it waits for the slot that is leasing. A slot
+whose handler returned hands its item to the completion of the slot set and goes on at once:
+the first slot with a completion to write becomes the writer, lets the other slots run first
+(one switch, no timer: the slots that got items with it hand theirs over meanwhile), and
+writes every completion handed over until none is left, one call per queue (``complete`` with
+every id), so completions that arrive while a call is in flight go in the next one. No
 completion waits for a timer: it goes out with the writer's next call, within one call's time.
 
 The guarantees do not change. Each item is completed once by one call, and counted once (a
