@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from types import CoroutineType
 from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
 from typing import Any
 
 from .. import transport
