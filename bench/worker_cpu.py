@@ -17,14 +17,11 @@ way's items/s is about 1e6 / (client + server µs per job), which is what the pi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
-import gc
 import os
 import pstats
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,10 +35,10 @@ import redis  # noqa: E402
 
 import redis_work_queue as rwq  # noqa: E402
 import servers  # noqa: E402
+from batching_rows import Clock, asyncio_round, streams_round, threads_round  # noqa: E402
+from ours_worker import OursQueue  # noqa: E402
 from redis_work_queue.runner import drivers  # noqa: E402
 
-DATA = b'{"x": "' + b"a" * 70 + b'"}'
-STREAM, GROUP = "bench:stream", "bench"
 #: Calls the server counts as one call of a way (scripts, functions, stream commands).
 CALLS = ("fcall", "evalsha", "eval", "xreadgroup", "xack", "xdel")
 #: (items/s, client µs per job, server µs per job, server calls per job)
@@ -49,12 +46,12 @@ Figures = tuple[float, float, float, float]
 
 
 class Bench:
-    """One server, one queue, and the profiles of the runner's loops."""
+    """One server, the benchmark's queue, and the profiles of the runner's loops."""
 
     def __init__(self, port: int, concurrency: int, profile: str) -> None:
         self.db = redis.Redis(port=port)
         self.url = f"redis://127.0.0.1:{port}/0"
-        self.queue = rwq.WorkQueue(rwq.KeyPrefix("bench"))
+        self.queue = OursQueue(rwq, self.db)
         self.concurrency = concurrency
         self.profile = profile
         self.profiles: list[cProfile.Profile] = []
@@ -67,108 +64,41 @@ class Bench:
         server = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
         return time.process_time(), server, calls
 
-    def _figures(self, k: int, seconds: float, before: tuple[float, float, int]) -> Figures:
-        after = self._sample()
-        client, server, calls = (a - b for a, b in zip(after, before, strict=True))
-        return k / seconds, client / k * 1e6, server / k * 1e6, calls / k
+    def _measure(self, k: int, run: Callable[[Clock], float], profiled: bool) -> Figures:
+        """Run one round; sample the CPU as its clock starts and stops (and profile it)."""
+        marks: list[tuple[float, float, int]] = []
+        profile = cProfile.Profile() if profiled else None
 
-    def _fill(self, k: int) -> None:
-        for start in range(0, k, 1000):
-            items = [rwq.Item(DATA) for _ in range(min(1000, k - start))]
-            self.queue.add_items(self.db, items, unique=True)
+        def clock() -> None:
+            if profile is not None and marks:
+                profile.disable()
+            marks.append(self._sample())
+            if profile is not None and len(marks) == 1:
+                self.profiles.append(profile)
+                profile.enable()
+
+        rate = run(clock)
+        client, server, calls = (a - b for a, b in zip(marks[1], marks[0], strict=True))
+        return rate, client / k * 1e6, server / k * 1e6, calls / k
 
     def threads(self, k: int) -> Figures:
-        self._fill(k)
-        handled = 0
-        lock = threading.Lock()
-        all_handled = threading.Event()
-
-        def noop(item: rwq.Item) -> None:
-            nonlocal handled
-            with lock:
-                handled += 1
-                if handled == k:
-                    all_handled.set()
-
-        worker = rwq.Worker(
-            self.url, [self.queue], noop, concurrency=self.concurrency, poll_secs=0.1,
-            clean_secs=None, heartbeat_secs=None,
+        return self._measure(
+            k, lambda clock: threads_round(
+                self.queue, self.db, self.url, k, True, clock, self.concurrency
+            ), False,
         )  # fmt: skip
-        out: list[Any] = []
-        thread = threading.Thread(target=lambda: out.append(worker.run(signals=())))
-        gc.collect()
-        before, start = self._sample(), time.perf_counter()
-        thread.start()
-        all_handled.wait(300)
-        while self.queue.processing(self.db):
-            time.sleep(0.0002)
-        seconds = time.perf_counter() - start
-        figures = self._figures(k, seconds, before)
-        worker.stop()
-        thread.join(30)
-        if not out or out[0].completed != k:
-            raise SystemExit(f"the worker completed {out and out[0].completed} of {k}")
-        return figures
 
     def asyncio(self, k: int) -> Figures:
-        self._fill(k)
-        return asyncio.run(self._asyncio(k))
-
-    async def _asyncio(self, k: int) -> Figures:
-        handled = 0
-        done = asyncio.Event()
-
-        async def noop(item: rwq.Item) -> None:
-            nonlocal handled
-            handled += 1
-            if handled == k:
-                done.set()
-
-        queue = rwq.AsyncWorkQueue(self.queue.name)
-        worker = rwq.AsyncWorker(
-            self.url, [queue], noop, concurrency=self.concurrency, poll_secs=0.1,
-            clean_secs=None, heartbeat_secs=None,
+        return self._measure(
+            k, lambda clock: asyncio_round(
+                self.queue, self.db, self.url, k, True, clock, self.concurrency
+            ), self.profile == "asyncio",
         )  # fmt: skip
-        gc.collect()
-        profile = cProfile.Profile() if self.profile == "asyncio" else None
-        before, start = self._sample(), time.perf_counter()
-        if profile is not None:
-            self.profiles.append(profile)
-            profile.enable()
-        task = asyncio.create_task(worker.run(signals=()))
-        await asyncio.wait_for(done.wait(), 300)
-        while self.queue.processing(self.db):
-            await asyncio.sleep(0.0002)
-        if profile is not None:
-            profile.disable()
-        figures = self._figures(k, time.perf_counter() - start, before)
-        worker.stop()
-        stats = await task
-        if stats.completed != k:
-            raise SystemExit(f"the asyncio worker completed {stats.completed} of {k}")
-        return figures
 
     def streams(self, k: int) -> Figures:
-        db = self.db
-        db.delete(STREAM)
-        db.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-        pipe = db.pipeline(transaction=False)
-        for _ in range(k):
-            pipe.xadd(STREAM, {"d": DATA})
-        pipe.execute()
-        read, ack, delete = db.xreadgroup, db.xack, db.xdel
-        gc.collect()
-        before, start = self._sample(), time.perf_counter()
-        left = k
-        while left:
-            reply = read(GROUP, "c", {STREAM: ">"}, count=self.concurrency)
-            ids = [entry_id for entry_id, _ in reply[0][1]]
-            ack(STREAM, GROUP, *ids)
-            delete(STREAM, *ids)
-            left -= len(ids)
-        figures = self._figures(k, time.perf_counter() - start, before)
-        db.delete(STREAM)
-        return figures
+        return self._measure(
+            k, lambda clock: streams_round(self.db, k, clock, self.concurrency), False
+        )
 
     def profile_threads(self) -> None:
         """Profile every loop the thread runner runs (each in a thread of its own)."""

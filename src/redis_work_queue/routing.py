@@ -163,19 +163,8 @@ class ClusterSender(Sender):
 
     def _by_function(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
         name = functions.library().function(call.script.name)
-        try:
-            reply = self._fcall(db, call.keys[0], name, params)
-        except ResponseError as err:
-            if self.function_error(err) != "load" or not self.load(db):
-                return self.evalsha(db, call, params)  # the function did not run
-            try:
-                reply = self._fcall(db, call.keys[0], name, params)
-            except ResponseError as again:
-                if functions.missing(again):  # flushed again at once: a script this time
-                    return self.evalsha(db, call, params)
-                raise translate_error(again) from again
-        self.functions = True
-        return reply
+        key = call.keys[0]
+        return self.by_function(db, call, params, lambda: self._fcall(db, key, name, params))
 
     @staticmethod
     def _fcall(db: Any, key: str, name: str, params: list[Arg]) -> Any:
@@ -185,9 +174,16 @@ class ClusterSender(Sender):
     def load(self, db: Any) -> bool:
         """Load the library on every primary that lacks it; whether to call the function now."""
         text = functions.library().text
+        return drive(
+            self._loads(db),
+            lambda node: db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW),
+        )
+
+    def _loads(self, db: Any) -> Generator[Any, Any, bool]:
+        """The loads of :meth:`load`, as steps: each primary, to send FUNCTION LOAD to."""
         for node in db.get_primaries():
             try:
-                db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW)
+                yield node
             except ResponseError as err:
                 if not self.load_error(err):
                     return False
@@ -216,19 +212,10 @@ class ClusterSender(Sender):
 
     async def _aby_function(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
         name = functions.library().function(call.script.name)
-        try:
-            reply = await self._afcall(db, call.keys[0], name, params)
-        except ResponseError as err:
-            if self.function_error(err) != "load" or not await self.aload(db):
-                return await self.aevalsha(db, call, params)
-            try:
-                reply = await self._afcall(db, call.keys[0], name, params)
-            except ResponseError as again:
-                if functions.missing(again):
-                    return await self.aevalsha(db, call, params)
-                raise translate_error(again) from again
-        self.functions = True
-        return reply
+        key = call.keys[0]
+        return await self.aby_function(
+            db, call, params, lambda: self._afcall(db, key, name, params)
+        )
 
     @staticmethod
     async def _afcall(db: Any, key: str, name: str, params: list[Arg]) -> Any:
@@ -238,20 +225,11 @@ class ClusterSender(Sender):
     async def aload(self, db: Any) -> bool:
         """Asynchronous :meth:`load`."""
         text = functions.library().text
-        for node in db.get_primaries():
-            try:
-                await db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW)
-            except ResponseError as err:
-                if not self.load_error(err):
-                    return False
-            else:
-                logger.info(
-                    "loaded the function library %s on %s:%s",
-                    functions.library().name,
-                    node.host,
-                    node.port,
-                )
-        return True
+        loaded: bool = await adrive(
+            self._loads(db),
+            lambda node: db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW),
+        )
+        return loaded
 
     def command(self, db: Any, call: Command) -> Any:
         """As :meth:`Sender.command`, sent to the node of its route (or every primary)."""
