@@ -446,3 +446,16 @@ def test_a_rate_limit_is_refused_on_a_sharded_queue() -> None:
 
     with pytest.raises(InvalidArgumentError, match="sharded"):
         WorkQueue(KeyPrefix("limited"), shards=2, rate_limit=RateLimit(10, 1))
+
+
+def test_a_completion_keeps_its_result_on_its_shard(db: redis.Redis) -> None:
+    """``keep_results`` on a sharded queue: the result is kept on the item's shard."""
+    queue = WorkQueue(QUEUE, shards=4, keep_results=60)
+    queue.add_items(db, items(8))
+    leased = queue.lease_many(db, 30, 8, block=False)
+    assert len(leased) == 8
+    for item in leased:
+        assert queue.complete(db, item, result=f"r-{item.id()}".encode())
+    assert {queue.result(db, i.id(), timeout=0) for i in leased} == {
+        f"r-{i.id()}".encode() for i in leased
+    }

@@ -452,11 +452,13 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
         handler = load_handler(args.handler)
         queues = [_queue(args, name) for name in args.queues]
         source: Any = where.url
-        if where.kind != "single":
+        if where.kind == "cluster" and args.processes:
+            # Each worker process makes its own cluster client from the URL.
+            source = with_credentials(where)
+        elif where.kind != "single":
             if args.processes:
                 raise InvalidArgumentError(
-                    "--processes connects by URL: use threads (--concurrency) with --cluster "
-                    "or --sentinel"
+                    "--processes connects by URL: use threads (--concurrency) with --sentinel"
                 )
             source = connect(
                 where,

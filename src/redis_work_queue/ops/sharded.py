@@ -501,7 +501,8 @@ class ShardedOps(QueueOps):
         self, item: Item, replicas: int | None = None, result: bytes | str | None = None
     ) -> Steps[bool]:
         """Complete one item, on its shard; True for the one call that removed it."""
-        if replicas is None and not self.replicas and not self.shards_before:
+        common = result is None and not self.keep_results_ms and not self.shards_before
+        if common and replicas is None and not self.replicas:
             item_id = check_item(item).id()  # the common case, short: a hot path
             return bool((yield complete_call(self.shard_for(item_id).keys, item_id))[0])
         self._wait(replicas)
