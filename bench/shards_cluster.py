@@ -78,7 +78,8 @@ def server_time(cluster: Cluster) -> dict[int, tuple[float, float]]:
 def run(
     cluster: Cluster, queues: list[WorkQueue], secs: float, workers: int, producers: int
 ) -> Any:
-    """Producers and workers for ``secs`` seconds, each on one of ``queues`` in turn.
+    """Producers and workers for ``secs`` seconds: each producer adds to ``queues`` in turn, each
+    worker leases from one of them (the workers spread over them in turn).
 
     Returns:
         Jobs completed, each primary's command usec and cpu seconds, and the calls sent and
@@ -99,7 +100,7 @@ def run(
             if added[slot] * producers - sum(completed) > BACKLOG:
                 time.sleep(0.001)  # the workers are behind: keep the backlog bounded
                 continue
-            queue = queues[slot % len(queues)]
+            queue = queues[(slot + added[slot]) % len(queues)]  # every queue gets its share
             queue.add_unique_item(db, Item(b"x" * 100, id=f"p{slot}-{added[slot]}"))
             added[slot] += 1
 

@@ -9,7 +9,7 @@ highest). Target: at least 0.9x. Keys ``shards:<workload>``.
 
 from __future__ import annotations
 
-from rows import Job, Ratio, Results, Row, rate
+from rows import Job, Ratio, Results, Row, rate, secs
 
 SHARDS = 8
 WORKLOADS = {
@@ -19,16 +19,23 @@ WORKLOADS = {
 }
 
 
+WAKE = "shards:wake"
+
+
 def jobs(quick: bool) -> list[Job]:
     n, rounds = (1_500, 3) if quick else (4_000, 10)
+    wake = {"shards": SHARDS, "n": 40 if quick else 200, "idle": 4, "idle_secs": 2 if quick else 5}
     return [
-        Job(
-            f"shards:{w}",
-            "ours",
-            "shards_compare",
-            {"workload": w, "shards": SHARDS, "n": n, "rounds": rounds},
-        )
-        for w in WORKLOADS
+        *(
+            Job(
+                f"shards:{w}",
+                "ours",
+                "shards_compare",
+                {"workload": w, "shards": SHARDS, "n": n, "rounds": rounds},
+            )
+            for w in WORKLOADS
+        ),
+        Job(WAKE, "ours", "shards_wake", wake, once=True),
     ]
 
 
@@ -54,11 +61,25 @@ def rows(results: Results, quick: bool) -> list[Row]:
         pairs = r.get("ratio", {}).get("rounds", []) if isinstance(r, dict) else []
         spread = f", pairs {min(pairs):.2f}-{max(pairs):.2f}x" if pairs else ""
         out.append(
-            Ratio(median, f"shards={SHARDS}/unsharded, median of pairs", at_least=0.9).row(
+            Ratio(median, "shards/unsharded, median of pairs", at_least=0.9).row(
                 (f"shards:{workload}",),
                 f"{label}, shards={SHARDS} vs unsharded (one server)",
                 rate(sharded),
                 f"(unsharded {rate(plain)}{spread})",
+            )
+        )
+    wake = results.get((WAKE, "ours"), {})
+    if wake and "error" not in wake:
+        out.append(
+            Row(
+                f"blocking lease wake-up, item on a random shard of {SHARDS} (median, p99)",
+                f"{secs(wake.get('median'))}, {secs(wake.get('p99'))}",
+                f"(idle: {wake.get('idle_calls', 0):.1f} calls/s per worker)",
+                "",
+                "",
+                "",
+                "info",
+                (WAKE,),
             )
         )
     return out
