@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextvars
+import itertools
 import json
 import statistics
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 
+from helpers import script_calls
 from plugins.backends import Backend
 from redis_work_queue import (
     InvalidArgumentError,
@@ -272,6 +274,32 @@ def test_lease_from_priority_with_sharded_queues(db: redis.Redis) -> None:
     done, nxt = complete_and_lease_from(db, high, item, [high, low], 30)
     assert done is True and nxt is not None and nxt[0] is high
     assert high.complete(db, item) is False
+
+
+def test_complete_and_lease_is_one_call_per_job_on_one_server(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """The runner's complete-and-lease stays one script call per job on one server, also when
+    the worker moves on to the next shard (every STICK jobs): it completes on the item's shard
+    and leases from the next in the same call. Every item is leased once, each shard's run in
+    order."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(real_db, items(400))
+    stats = redis.Redis.from_url(redis_url, decode_responses=True)
+    item = queue.lease(real_db, 30, block=False)
+    assert item is not None
+    stats.config_resetstat()
+    seen = [item.id()]
+    for _ in range(150):
+        done, found = complete_and_lease_from(real_db, queue, item, [queue], 30)
+        assert done is True and found is not None
+        item = found[1]
+        seen.append(item.id())
+    assert script_calls(stats) == 150
+    assert len(set(seen)) == 151
+    shards = [shard_index(i, 4) for i in seen]
+    runs = [len(list(group)) for _, group in itertools.groupby(shards)]
+    assert max(runs) <= STICK and len(runs) >= 151 // STICK, runs
 
 
 def test_changing_the_shard_count(db: redis.Redis) -> None:

@@ -103,9 +103,10 @@ class AsyncWorker(Shell):
             asynchronous=True,
             batch=batch,
         )
-        if isinstance(db, str) and cluster_node(db) is not None:
+        node = cluster_node(db) if isinstance(db, str) else None
+        if node is not None:
             made: Any = aredis.RedisCluster.from_url(
-                cluster_node(db),
+                node,
                 socket_timeout=socket_timeout_for(self.options.poll_secs),
                 socket_connect_timeout=5,
             )

@@ -931,20 +931,28 @@ def complete_and_lease_from(
     """``complete_and_lease_from`` where some queues are sharded.
 
     One script call when the item's shard is the first the caller leases from (it stays on a
-    shard while it has items) and has an item; otherwise the completion, then a lease over every
-    shard without blocking.
+    shard while it has items) and has an item, or, where the two can be named together (one
+    server), when the caller has just moved on from the item's shard to the next of the same
+    queue; otherwise the completion, then a lease over every shard without blocking.
     """
     item = check_item(item)
     request = LeaseRequest.of(lease_secs)
     flat, owners = expand(queues)
     shard = queue.candidates(item.id()) if isinstance(queue, ShardedOps) else [queue]
-    first = flat[0]
-    if len(shard) == 1 and shard[0] is first and not first.replicas:
-        done, rows = yield from lease_ops.complete_and_lease([first], 0, item.id(), request)
+    first, mine = flat[0], shard[0]
+    over = [first] if mine is first else [first, mine]
+    one_call = len(shard) == 1 and not first.replicas and not mine.replicas
+    if one_call and mine is not first:
+        one_call = mine in flat and owners[flat.index(mine)] == owners[0]
+        one_call = one_call and bool((yield Ask("together", (*first.slot_keys, *mine.slot_keys))))
+    if one_call:
+        done, rows = yield from lease_ops.complete_and_lease(
+            over, len(over) - 1, item.id(), request
+        )
         if rows:
             owner = queues[owners[0]]
             if isinstance(owner, ShardedOps):
-                owner.note_leased(first)
+                owner.note_leased(over[rows[0][0]])
             return done, (owners[0], rows[0][1])
     else:
         done = yield from queue.complete_one(item)
