@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import random
 import statistics
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
 
 from ours_workloads import worker_runner
-from workloads import PREFIX, BenchError, Result, add, lease_complete
+from workloads import PREFIX, Result, add, latencies, lease_complete, wake_latency
 
 #: The workloads compared, and the part of their result that is the figure.
 COMPARED: dict[str, tuple[Callable[[redis.Redis, Any, Result], Result], str | None]] = {
@@ -59,6 +59,20 @@ def shards_compare(db: redis.Redis, q: Any, p: Result) -> Result:
     return out
 
 
+def block_idle(make_client: Callable[[], Any], queue: Any, workers: int, secs: float) -> None:
+    """``workers`` threads, each on a client of its own, blocked in ``queue.lease`` on an empty
+    queue for ``secs`` seconds."""
+    stop = time.monotonic() + secs
+
+    def idle(_: int) -> None:
+        client = make_client()
+        while time.monotonic() < stop:
+            queue.lease(client, 30, timeout=max(stop - time.monotonic(), 0.01))
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(idle, range(workers)))
+
+
 def shards_wake(db: redis.Redis, q: Any, p: Result) -> Result:
     """Wake-up latency of a blocked lease on ``p["shards"]`` shards, and the idle call rate.
 
@@ -70,65 +84,28 @@ def shards_wake(db: redis.Redis, q: Any, p: Result) -> Result:
     """
     rwq = q.rwq
     queue = rwq.WorkQueue(rwq.KeyPrefix(PREFIX), shards=p["shards"])
-    waiter = redis.Redis(
-        connection_pool=redis.ConnectionPool(**db.connection_pool.connection_kwargs)
-    )
+    port = int(db.connection_pool.connection_kwargs["port"])
+    waiter = redis.Redis(host="127.0.0.1", port=port)
     samples = []
     for k in range(p["n"] + 5):
-        woke: list[float] = []
-
-        def wait(woke: list[float] = woke) -> None:
-            if queue.lease(waiter, 30, timeout=10) is not None:
-                woke.append(time.perf_counter())
-
-        thread = threading.Thread(target=wait)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while int(db.info("clients")["blocked_clients"]) < 1:
-            if time.monotonic() > deadline:
-                raise BenchError("the lease never blocked")
-            time.sleep(0.001)
-        time.sleep(random.random() * 0.05)
-        begun = time.perf_counter()
-        queue.add_item(db, rwq.Item(b"w", id=f"w{k}-{random.getrandbits(64):x}"))
-        thread.join(timeout=30)
-        if not woke:
-            raise BenchError("the blocked lease did not return")
+        took = wake_latency(
+            db,
+            lambda: queue.lease(waiter, 30, timeout=10),
+            lambda k=k: queue.add_item(db, rwq.Item(b"w", id=f"w{k}-{random.getrandbits(64):x}")),
+            "the lease",
+        )
         if k >= 5:  # warm-up
-            samples.append(woke[0] - begun)
+            samples.append(took)
     waiter.close()
-    samples.sort()
-    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
     db.flushall()
     db.config_resetstat()
-    stop = time.monotonic() + p["idle_secs"]
-
-    def idle() -> None:
-        client = redis.Redis(
-            connection_pool=redis.ConnectionPool(**db.connection_pool.connection_kwargs)
-        )
-        while time.monotonic() < stop:
-            queue.lease(client, 30, timeout=max(stop - time.monotonic(), 0.01))
-        client.close()
-
-    threads = [threading.Thread(target=idle) for _ in range(p["idle"])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=p["idle_secs"] + 30)
+    block_idle(lambda: redis.Redis(host="127.0.0.1", port=port), queue, p["idle"], p["idle_secs"])
     stats = db.info("commandstats")
     sent = sum(
         int(stats.get(f"cmdstat_{c}", {}).get("calls", 0))
         for c in ("evalsha", "eval", "fcall", "blpop", "brpoplpush", "blmove")
     )
-    return {
-        "value": statistics.median(samples),
-        "unit": "s",
-        "median": statistics.median(samples),
-        "p99": p99,
-        "samples": len(samples),
-        "idle_calls": sent / p["idle_secs"] / p["idle"],
-    }
+    return {**latencies(samples), "idle_calls": sent / p["idle_secs"] / p["idle"]}
 
 
 SHARDED = {"shards_compare": shards_compare, "shards_wake": shards_wake}

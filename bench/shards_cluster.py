@@ -10,7 +10,10 @@ time is read from ``INFO commandstats`` (the ``usec`` of the calls the clients s
 blocking pops, whose time includes the commands they run; ``CONFIG RESETSTAT`` before each run)
 and from the ``used_cpu_sys`` + ``used_cpu_user`` deltas (which also count the server's network
 work), on every primary. Producers stay at most ``BACKLOG`` items ahead of the workers, so that
-the server time per completed job covers its add too.
+the server time per completed job covers its add too; as many producers as workers (6 and 6 by
+default) keep the queue from running dry, so that the polls of idle workers do not weigh on
+the figures (the calls and commands per job, printed for each run, show it: about 2 calls a
+job, its add and its complete-and-lease).
 
 Printed, as same-run ratios:
 
@@ -56,6 +59,7 @@ import redis  # noqa: E402
 from redis_work_queue import Item, KeyPrefix, WorkQueue, complete_and_lease_from  # noqa: E402
 from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE  # noqa: E402
 from servers import Cluster, Spawn, create_cluster, stop_all  # noqa: E402
+from sharded_workloads import block_idle  # noqa: E402
 
 #: Items added ahead of the workers at most: every job is added and completed in the run.
 BACKLOG = 1000
@@ -175,18 +179,7 @@ def wake_and_idle(
     cluster.flushall()
     for node in cluster.primaries():
         node.admin().config_resetstat()
-    stop = time.monotonic() + secs
-
-    def idle() -> None:
-        client = cluster.client()
-        while time.monotonic() < stop:
-            queue.lease(client, 30, timeout=max(stop - time.monotonic(), 0.01))
-
-    threads = [threading.Thread(target=idle) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    block_idle(cluster.client, queue, workers, secs)
     return sorted(latencies), calls(cluster)[0] / secs / workers
 
 
@@ -207,7 +200,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=12)
     parser.add_argument("--primaries", type=int, default=3)
     parser.add_argument("--workers", type=int, default=6)
-    parser.add_argument("--producers", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=6)
     parser.add_argument("--wake", type=int, default=0, help="wake-up samples (0: none)")
     parser.add_argument("--idle-workers", type=int, default=4)
     parser.add_argument("--idle-secs", type=float, default=5.0)

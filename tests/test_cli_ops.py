@@ -475,32 +475,14 @@ def test_cluster_connection(cluster: Cluster) -> None:
     queue.flush(db)
     # (the handlers note on the primary of the queue's slot, whose tag the notes share)
     queue.add_items(db, [Item(job(owner.url, notes), id=f"w{n}") for n in range(4)])
-    proc = subprocess.Popen(
-        [
-            *RWQ,
-            "--cluster",
-            "--url",
-            node.url,
-            "worker",
-            "runner_handlers:record",
-            name,
-            "--processes",
-            "--concurrency",
-            "2",
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
+    proc = serving(
+        *("--cluster", "--url", node.url, "worker", "runner_handlers:record", name),
+        *("--processes", "--concurrency", "2", "--json"),
     )
     try:
         wait_for(lambda: queue.counts(db).completed == 4, timeout=90, what="the cluster worker")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _, err = stopped(proc)
     assert proc.returncode == 0, err
     assert sorted(v.decode() for v in db.lrange(f"{notes}:done", 0, -1)) == [
         f"w{n}" for n in range(4)
