@@ -935,8 +935,7 @@ def complete_and_lease_from(
     server), when the caller has just moved on from the item's shard to the next of the same
     queue; otherwise the completion, then a lease over every shard without blocking.
     """
-    item = check_item(item)
-    request = LeaseRequest.of(lease_secs)
+    request = LeaseRequest.of(lease_secs)  # (``item`` is checked by the caller, lease.py)
     flat, owners = expand(queues)
     shard = queue.candidates(item.id()) if isinstance(queue, ShardedOps) else [queue]
     first, mine = flat[0], shard[0]
