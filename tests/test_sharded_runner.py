@@ -136,9 +136,9 @@ def test_an_idle_worker_sends_few_calls(server: Proc) -> None:
 def test_a_runner_drains_a_sharded_queue_on_the_cluster(
     cluster: Cluster, server: Proc, kind: str
 ) -> None:
-    """Twelve shards over three primaries, the runner on a cluster client (worker processes,
-    and their parent, each make theirs from a ``redis+cluster://`` URL); the handlers record
-    on a separate server."""
+    """Twelve shards over three primaries, the runner on a cluster client (the asyncio worker,
+    and the worker processes and their parent, each make theirs from a ``redis+cluster://``
+    URL); the handlers record on a separate server."""
     cluster.wait_healthy()
     cluster.flushall()
     db = cluster.client()
@@ -146,11 +146,9 @@ def test_a_runner_drains_a_sharded_queue_on_the_cluster(
     queue = WorkQueue(KeyPrefix(NAME), shards=12)
     ids = [f"c{i}" for i in range(150)]
     queue.add_items(db, [Item(job(server.url, TAG), id=i) for i in ids])
-    client: Any = {
-        "asyncio": cluster.async_client,
-        "threads": cluster.client,
-        "processes": lambda: f"redis+cluster://127.0.0.1:{cluster.primaries()[0].port}",
-    }[kind]()
+    # Threads on a client; asyncio and processes from a URL (each makes its cluster client).
+    url = f"redis+cluster://127.0.0.1:{cluster.primaries()[0].port}"
+    client: Any = cluster.client() if kind == "threads" else url
     with running(kind, client, shards=12, concurrency=3, clean_secs=0.3) as (worker, out):
         if kind == "processes":
             assert worker.processes
