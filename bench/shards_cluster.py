@@ -64,7 +64,7 @@ from sharded_workloads import block_idle  # noqa: E402
 #: Items added ahead of the workers at most: every job is added and completed in the run.
 BACKLOG = 1000
 #: The calls the clients send (the commands a script runs are counted in its own time).
-CALLS = ("evalsha", "eval", "brpoplpush", "blpop")
+CALLS = ("fcall", "evalsha", "eval", "brpoplpush", "blpop")
 
 
 def server_time(cluster: Cluster) -> dict[int, tuple[float, float]]:
