@@ -149,8 +149,9 @@ def test_cancel_against_leases_completions_and_cleans(bytes_backend: Backend) ->
 def test_result_waits_against_completions_and_deaths(
     bytes_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each waiter gets its item's result, or ItemDeadError for one that died."""
-    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 0.2)
+    """Each waiter gets its item's result, or ItemDeadError for one that died, woken by the
+    completing or the dead-lettering script (a slice of the wait outlasts the run)."""
+    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 120.0)
     total = 120
     run = Run(bytes_backend)
     queue = WorkQueue(KeyPrefix(PREFIX), max_deliveries=1, keep_results=60)

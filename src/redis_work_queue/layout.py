@@ -192,8 +192,8 @@ ROWS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "result", ":result:", "list", "item", _S, False,
-        "a completed item's result, one entry (`c` then the result), kept `keep_results` "
-        "seconds; waiters block on it",
+        "a completed item's result, one entry (`c` then the result), or a dead item's failure "
+        "record (`d` then the reason), kept `keep_results` seconds; waiters block on it",
     ),
     KeyRow(
         "progress", ":progress:", "string", "item", _S, False,

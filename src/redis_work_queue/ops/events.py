@@ -126,7 +126,8 @@ def events_cap(keys: QueueKeys) -> int | None:
     head = keys.script_args[0]
     if not head.startswith("\0"):
         return None
-    return int(head[1 : head.index("\0", 1)])
+    cap = head[1 : head.index("\0", 1)].partition(":")[0]
+    return int(cap) if cap else None
 
 
 def _check_since(since: object) -> str:

@@ -169,14 +169,19 @@ class ShardedOps(QueueOps):
         self.name = logical
         span = max(n for n in (self.shards, *self.shards_before))
         options = (max_deliveries, replicas, replica_timeout, keep_results)
+        keep_ms = 0 if keep_results is None else to_ms(keep_results, "keep_results")
+
+        def shard(prefix: KeyPrefix) -> QueueOps:
+            return QueueOps(QueueKeys(prefix, None, keep_ms), *options)
+
         #: Every shard that may hold items, by index (a legacy unsharded queue, when one of the
         #: counts is 1, after them).
         self.shard_ops: list[QueueOps] = [
-            QueueOps(QueueKeys(KeyPrefix(shard_prefix(logical, i))), *options) for i in range(span)
+            shard(KeyPrefix(shard_prefix(logical, i))) for i in range(span)
         ]
         self.legacy: QueueOps | None = None
         if 1 in (self.shards, *self.shards_before):
-            self.legacy = QueueOps(QueueKeys(name), *options)
+            self.legacy = shard(name)
             self.shard_ops.append(self.legacy)
         home = self.legacy if self.shards == 1 and self.legacy is not None else self.shard_ops[0]
         super().__init__(home.keys, *options)
