@@ -37,9 +37,10 @@ for j, id in ipairs(ids) do
     completed = completed + done[j]
     redis.call('LREM', Q.processing, -1, id)
     redis.call('DEL', leases[j])
+    local delivery = done[j] == 1 and delivery_of(Q, id)
     forget(Q, id)
     if done[j] == 1 then
-      emit(Q, 'completed', id)
+      emit(Q, 'completed', id, delivery)
     end
   else
     done[j] = 0

@@ -30,8 +30,9 @@ for _, held in ipairs(mine) do
   redis.call('DEL', Q.lease .. id)
   if held[2] then
     requeued[#requeued + 1] = id
-    emit(Q, 'expired', id, nil, 'lease expired')
-    emit(Q, 'retried', id)
+    local delivery = delivery_of(Q, id)
+    emit(Q, 'expired', id, delivery, 'lease expired')
+    emit(Q, 'retried', id, delivery)
   else
     forget(Q, id)
   end

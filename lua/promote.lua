@@ -18,6 +18,7 @@ end
 check_types('string', {lease}, 'list', {Q.queue})
 check_wake(Q)
 local held = redis.call('GET', lease)
+local delivery = delivery_of(Q, id)
 redis.call('ZREM', Q.delayed, id)
 if held == DELAY_TOKEN then
   redis.call('DEL', lease)
@@ -28,5 +29,5 @@ if redis.call('EXISTS', Q.item .. id) == 0 then
   return 0
 end
 enqueue(Q, id, true)
-emit(Q, 'promoted', id)
+emit(Q, 'promoted', id, delivery)
 return 1

@@ -17,9 +17,10 @@
 -- Every key the call may write is checked before its first write: each dead letter's data is
 -- read first (a data key of another type makes SET NX skip that id and leave the key alone).
 local ids = chosen_dead()
-local datas = {}
+local datas, counts = {}, {}
 for i, id in ipairs(ids) do
-  datas[i] = redis.call('HGET', Q.dead_item .. id, 'data')
+  local letter = redis.call('HMGET', Q.dead_item .. id, 'data', 'deliveries')
+  datas[i], counts[i] = letter[1], letter[2]
 end
 local records = {}
 if Q.keep then
@@ -42,7 +43,7 @@ for i, id in ipairs(ids) do
     forget(Q, id)
     enqueue(Q, id, false)
     requeued = requeued + 1
-    emit(Q, 'requeued', id)
+    emit(Q, 'requeued', id, counts[i] or nil)
   else
     if not data then
       redis.call('ZREM', Q.dead, id)

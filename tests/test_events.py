@@ -7,6 +7,7 @@ any write; out of memory; ``rwq events``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -14,10 +15,12 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from checks import LEASE_SECS, PREFIX, OomCheck, State, WriteCheck, oom_test, write_check_test
 from helpers import dump_state
 from redis_work_queue import (
+    AsyncWorkQueue,
     Event,
     InvalidArgumentError,
     Item,
@@ -27,6 +30,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.errors import InvalidArgumentTypeError
 from redis_work_queue.keyprefix import QueueKeys
+from servers import Cluster
 from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("ev{t}")
@@ -61,14 +65,14 @@ def test_each_change_appends_its_event(queue: WorkQueue, db: redis.Redis) -> Non
         ("added", "a", None, None),
         ("added", "b", None, None),
         ("leased", "a", 1, None),
-        ("completed", "a", None, None),
+        ("completed", "a", 1, None),
         ("leased", "b", 1, None),
         ("failed", "b", 1, "boom"),
         ("retried", "b", 1, None),
         ("leased", "b", 2, None),
         ("failed", "b", 2, "again"),
         ("dead", "b", 2, "again"),
-        ("requeued", "b", None, None),
+        ("requeued", "b", 2, None),
         ("added", "c", None, None),
         ("promoted", "c", None, None),
         ("cancelled", "c", None, None),
@@ -159,6 +163,56 @@ def test_block_waits_for_a_new_event(queue: WorkQueue, db: redis.Redis) -> None:
     finally:
         timer.join()
     assert [e.kind for e in found] == ["added"]
+
+
+def test_events_on_a_cluster_with_a_tag(cluster: Cluster, cluster_db: RedisCluster) -> None:
+    """Every script's stream entry lands in the queue's slot, on the sync and asyncio API; a
+    blocked read is woken by a change."""
+    queue = WorkQueue(KeyPrefix("{evc}"), events=True, max_deliveries=1)
+    queue.add_items(cluster_db, [Item(b"a", id="a"), Item(b"b", id="b")])
+    assert queue.complete(cluster_db, lease(queue, cluster_db))
+    assert queue.release(cluster_db, lease(queue, cluster_db), reason="no") is True
+    assert queue.state(cluster_db, "b").state == "dead"
+    assert queue.retry(cluster_db, "b")
+    queue.add_item(cluster_db, Item(b"c", id="c"), delay=60)
+    assert queue.promote(cluster_db, "c") and queue.cancel(cluster_db, "c")
+    queue.light_clean(cluster_db)
+    queue.deep_clean(cluster_db)
+    want = [
+        ("added", "a", None, None),
+        ("added", "b", None, None),
+        ("leased", "a", 1, None),
+        ("completed", "a", 1, None),
+        ("leased", "b", 1, None),
+        ("failed", "b", 1, "no"),
+        ("dead", "b", 1, "no"),
+        ("requeued", "b", 1, None),
+        ("added", "c", None, None),
+        ("promoted", "c", None, None),
+        ("cancelled", "c", None, None),
+    ]
+    assert kinds(queue, cluster_db) == want
+    assert cluster_db.xlen("{evc}:events") == len(want)
+    timer = threading.Timer(0.3, lambda: queue.add_item(cluster_db, Item(b"n", id="n")))
+    timer.start()
+    try:
+        found = list(queue.events(cluster_db, since="$", block=5))
+    finally:
+        timer.join()
+    assert [(e.kind, e.id) for e in found] == [("added", "n")]
+
+    async def scenario() -> list[tuple[str, str]]:
+        db = cluster.async_client()
+        try:
+            await db.initialize()
+            aqueue = AsyncWorkQueue(KeyPrefix("{evc}"), events=True)
+            item = await aqueue.lease(db, 30, block=False)
+            assert item is not None and await aqueue.complete(db, item)
+            return [(e.kind, e.id) async for e in aqueue.events(db, since=found[-1].event_id)]
+        finally:
+            await db.aclose()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == [("leased", "b"), ("completed", "b")]
 
 
 @pytest.mark.parametrize(

@@ -75,8 +75,10 @@ class Event:
             found it), ``"requeued"`` (a dead letter back to the queue), ``"cancelled"`` or
             ``"promoted"`` (a delayed item made due now).
         id: The item's id.
-        delivery: The item's delivery count, where the script knew it (leased: this delivery;
-            failed, retried, dead, expired: the delivery that ended), else None.
+        delivery: The item's delivery count: leased, this delivery; completed, failed,
+            retried, dead, expired, requeued (a dead letter's), cancelled and promoted, the
+            delivery that ended or the deliveries so far; None for an item never delivered
+            (and for added).
         reason: The failure's reason (failed, dead, expired), else None.
         event_id: The stream entry's id: pass it as ``since`` to read the events after it.
         at: When it happened, in seconds since the epoch (the server's clock, ms precision).
