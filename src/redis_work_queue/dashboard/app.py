@@ -4,7 +4,9 @@
 ``?view=workers``), ``GET /api/overview`` every queue's counts (and one queue's recent samples),
 ``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers (with
 ``&tab=waiting|leased|delayed|dead&page=N``: one page of that tab), ``GET /api/job?name=&id=``
-one job, ``GET /api/workers`` the live workers of every queue shown and the queues' job
+one job, ``GET /api/live?name=&since=`` the events of a queue made with ``events=True`` (one
+bounded blocking read: the page redraws as they come, and polls a queue without events),
+``GET /api/workers`` the live workers of every queue shown and the queues' job
 durations, ``GET /api/data`` one item's whole data, and ``POST /api/action`` an action on one
 queue or one job (only when actions are enabled, and only with the page's CSRF token). Redis
 being unreachable is answered with status 503 and an error the page shows in a banner; the next
@@ -291,6 +293,30 @@ async def job_detail(request: Request) -> Response:
         if not state.known(name):
             raise _NotShown(name)
         return {"ok": True, **(await data.job_detail(state.db, name, item_id))}
+
+    try:
+        return await _guarded(state, work)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
+async def live(request: Request) -> Response:
+    """The live feed of one queue: ``?name=<queue>&since=<event id or $>``.
+
+    One bounded blocking read of the queue's event stream (see ``data.live_events``): the page
+    redraws when events come; ``live`` false (a queue made without events) tells it to poll.
+    """
+    state = _state(request)
+    name = request.query_params.get("name", "")
+    since = request.query_params.get("since", "$")
+    if since != "$" and not data.EVENT_ID.fullmatch(since):
+        return _json({"ok": False, "error": "since must be an event id or $"}, 400)
+
+    async def work() -> dict[str, Any]:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        return {"ok": True, **(await data.live_events(state.db, name, since))}
 
     try:
         return await _guarded(state, work)
@@ -683,6 +709,7 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             Route("/api/queue", queue_detail),
             Route("/api/data", item_data),
             Route("/api/job", job_detail),
+            Route("/api/live", live),
             Route("/api/workers", workers),
             Route("/api/action", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -160,7 +160,8 @@ def check_block(block: object) -> float | None:
     return float(block)
 
 
-def _event(entry_id: Any, fields: Any) -> Event:
+def parse_event(entry_id: Any, fields: Any) -> Event:
+    """An :class:`Event` from one stream entry (its id and its fields, as a list or a dict)."""
     ident = decode(entry_id)
     if isinstance(fields, dict):
         pairs = {decode(k): decode(v) for k, v in fields.items()}
@@ -209,5 +210,5 @@ def read_events(
         slice_secs = max(min(wait, max_block, EVENTS_SLICE_SECS), 0.001)
         command += ("BLOCK", max(1, round(slice_secs * 1000)))
     reply = yield Command((*command, "STREAMS", key, since), route=key, slot_keys=(key,))
-    found = [_event(entry_id, fields) for entry_id, fields in _entries(reply)]
+    found = [parse_event(entry_id, fields) for entry_id, fields in _entries(reply)]
     return (found[-1].event_id if found else since), found
