@@ -150,7 +150,7 @@ WORKLOADS = {"events_cost": events_cost}
 
 def jobs(quick: bool) -> list[Job]:
     """One job: every kind, events on and off, rounds alternating."""
-    n, rounds = (1_500, 1) if quick else (6_000, 3)
+    n, rounds = (1_500, 1) if quick else (6_000, 6)
     return [Job("events", "ours", "events_cost", {"n": n, "rounds": rounds})]
 
 
