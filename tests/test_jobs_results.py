@@ -257,15 +257,18 @@ def test_results_and_progress_on_a_cluster(cluster_db: RedisCluster) -> None:
 
 
 def make_worker(kind: str, url: str, queue_name: str) -> Any:
+    options: dict[str, Any] = {"max_deliveries": 1, "keep_results": 60, "events": True}
     if kind == "asyncio":
-        aqueue = AsyncWorkQueue(KeyPrefix(queue_name), max_deliveries=1, keep_results=60)
+        aqueue = AsyncWorkQueue(KeyPrefix(queue_name), **options)
         return AsyncWorker(url, [aqueue], jobs_handlers.acompute, **QUICK)
-    squeue = WorkQueue(KeyPrefix(queue_name), max_deliveries=1, keep_results=60)
+    squeue = WorkQueue(KeyPrefix(queue_name), **options)
     return Worker(url, [squeue], jobs_handlers.compute, processes=kind == "processes", **QUICK)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_runner_keeps_the_handler_s_result_and_progress(server: Proc, kind: str) -> None:
+    """The runner keeps results and progress; its queue's events (events=True) are written by
+    the runner's own calls too, its worker processes' included."""
     db = server.client()
     name = "jrr"
     queue = WorkQueue(KeyPrefix(name), keep_results=60)
@@ -314,6 +317,11 @@ def test_the_runner_keeps_the_handler_s_result_and_progress(server: Proc, kind: 
         thread.join(timeout=60)
     assert "error" not in out, out
     assert out["stats"].completed == 4 and out["stats"].failed == 1
+    ends = {(e.kind, e.id, e.delivery) for e in queue.events(db) if e.kind != "added"}
+    done = {"json", "bytes", "str", "none"}
+    assert ends == {(k, i, 1) for i in done | {"bad"} for k in ("leased", "completed")} - {
+        ("completed", "bad", 1)
+    } | {("failed", "bad", 1), ("dead", "bad", 1)}
 
 
 # The shared tables ------------------------------------------------------------------------------

@@ -345,7 +345,14 @@ class Worker(Shell):
         return ChildConfig(
             redis_url=self.redis_url,
             queues=tuple(
-                (q.name.prefix, q.max_deliveries, q.keep_results, q.shards, q.shards_before)
+                (
+                    q.name.prefix,
+                    q.max_deliveries,
+                    q.keep_results,
+                    q.shards,
+                    q.shards_before,
+                    q.events_maxlen,
+                )
                 for q in self.queues
             ),
             handler=self.handler,

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import WorkerFailedError
 from ..item import Item
 from ..keyprefix import KeyPrefix
+from ..ops.events import EVENTS_MAXLEN
 from ..queue_base import QueueBase
 from .core import Core, Job, WorkerStats
 
@@ -96,8 +97,9 @@ class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    #: Each queue's name, max deliveries, keep_results, shard count and earlier shard counts.
-    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...]], ...]
+    #: Each queue's name, max deliveries, keep_results, shard count, earlier shard counts and
+    #: the cap of its event stream (None: events off).
+    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...], int | None], ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -344,8 +346,16 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
     )
     pid = os.getpid()
     queues = [
-        WorkQueue(KeyPrefix(name), limit, keep_results=keep, shards=shards, shards_before=before)
-        for name, limit, keep, shards, before in config.queues
+        WorkQueue(
+            KeyPrefix(name),
+            limit,
+            keep_results=keep,
+            shards=shards,
+            shards_before=before,
+            events=cap is not None,
+            events_maxlen=cap or EVENTS_MAXLEN,
+        )
+        for name, limit, keep, shards, before, cap in config.queues
     ]
     worker = Worker(
         config.redis_url,
