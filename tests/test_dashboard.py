@@ -763,3 +763,25 @@ def test_the_job_page_shows_progress_and_result(real_db: redis.Redis, redis_url:
     )
     assert done["state"] == "completed" and done["result"]["size"] == 4
     assert done["result"]["kind"] == "hex"  # not UTF-8: shown as hex, as item data is
+
+
+def test_an_action_on_a_queue_with_events_is_on_its_stream(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix("q"), events=True)
+    queue.add_item(real_db, Item(b"later", id="later"), delay=600)
+    plain = WorkQueue(KeyPrefix("p"))
+    plain.add_item(real_db, Item(b"later", id="later"), delay=600)
+    with client_for(redis_url, queues=("q", "p"), allow_actions=True) as client:
+        token = csrf_of(client)
+        for name in ("q", "p"):
+            for kind in ("promote", "cancel"):
+                body = {"queue": name, "action": kind, "id": "later"}
+                reply = client.post("/api/action", json=body, headers={"X-CSRF-Token": token})
+                assert reply.status_code == 200, reply.text
+    assert [(e.kind, e.id) for e in queue.events(real_db)] == [
+        ("added", "later"),
+        ("promoted", "later"),
+        ("cancelled", "later"),
+    ]
+    assert real_db.exists("p:events") == 0

@@ -273,6 +273,33 @@ def test_rwq_events(real_db: redis.Redis, redis_url: str) -> None:
     assert result.stdout.count("\n") == 1 and "completed" in result.stdout
 
 
+def test_rwq_changes_are_on_the_stream_of_a_queue_with_events(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """``rwq`` cannot know the application's events setting: a command that changes items reads
+    ``P:events`` and, when it holds a stream, appends its changes, never trimming below the
+    stream's length; on a queue without a stream it writes none."""
+    queue = WorkQueue(KeyPrefix("rq"), events=True, events_maxlen=20_000, max_deliveries=1)
+    queue.add_items(real_db, [Item(b"x", id=f"old{k}") for k in range(12_000)])
+    queue.add_item(real_db, Item(b"d", id="d"), delay=600)
+    queue.add_item(real_db, Item(b"c", id="c"))
+    queue.release(real_db, lease(queue, real_db), reason="no")  # old0 dies
+    since = list(queue.events(real_db, since="0"))[-1].event_id
+    for command in (("promote", "rq", "d"), ("cancel", "rq", "c"), ("retry", "rq", "old0")):
+        result = rwq("--url", redis_url, *command)
+        assert result.returncode == 0, result.stderr
+    assert kinds(queue, real_db, since=since) == [
+        ("promoted", "d", None, None),
+        ("cancelled", "c", None, None),
+        ("requeued", "old0", 1, None),
+    ]
+    assert real_db.xlen("rq:events") > 12_000  # the default cap did not trim it
+    plain = WorkQueue(KeyPrefix("rqplain"))
+    plain.add_item(real_db, Item(b"c", id="c"))
+    assert rwq("--url", redis_url, "cancel", "rqplain", "c").returncode == 0
+    assert real_db.exists("rqplain:events") == 0
+
+
 # The shared tables: the operations of a queue with events on ------------------------------------
 
 

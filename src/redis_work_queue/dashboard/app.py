@@ -462,7 +462,7 @@ async def action(request: Request) -> Response:
         await state.queue_names()
         if not state.known(name):
             raise _NotShown(name)
-        queue = AsyncWorkQueue(KeyPrefix(name))
+        queue = await data.acting_queue(state.db, name)
         if kind == "requeue":
             message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":

@@ -805,3 +805,22 @@ async def live_events(db: AsyncRedis, name: str, since: str) -> dict[str, Any]:
     ops = AsyncWorkQueue(KeyPrefix(name)).ops
     after, found = await arun(db, events_ops.read_events(ops, since, LIVE_WAIT_SECS))
     return {"live": True, "since": after, "events": [_event_row(name, e) for e in found]}
+
+
+async def acting_queue(db: AsyncRedis, name: str) -> AsyncWorkQueue:
+    """The queue an action changes.
+
+    With events on when its ``P:events`` holds a stream, so that the change is on the stream too
+    (see :func:`~redis_work_queue.ops.events.found_cap`).
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    async with db.pipeline(transaction=False) as pipe:
+        pipe.type(keys.events)
+        pipe.xlen(keys.events)
+        kind, length = await pipe.execute(raise_on_error=False)
+    cap = events_ops.found_cap(kind, length if isinstance(length, int) else 0)
+    return AsyncWorkQueue(
+        KeyPrefix(name),
+        events=cap is not None,
+        events_maxlen=cap or events_ops.EVENTS_MAXLEN,
+    )

@@ -22,7 +22,7 @@ from .registry import operation
 if TYPE_CHECKING:
     from .queue import QueueOps
 
-__all__ = ["EVENTS_MAXLEN", "EVENT_KINDS", "Event", "check_events", "events_cap"]
+__all__ = ["EVENTS_MAXLEN", "EVENT_KINDS", "Event", "check_events", "events_cap", "found_cap"]
 
 #: Where the docs describe the events.
 DOCS = "jobs.md#events"
@@ -130,6 +130,22 @@ def events_cap(keys: QueueKeys) -> int | None:
         return None
     cap = head[1 : head.index("\0", 1)].partition(":")[0]
     return int(cap) if cap else None
+
+
+def found_cap(kind: Any, length: Any) -> int | None:
+    """The cap with which an operator's tool (``rwq``, the dashboard) appends to a queue's events.
+
+    Such a tool does not know the queue's ``events`` setting: it reads ``P:events``. None when
+    the key holds no stream (events off: the tool writes none); else the default cap, or the
+    stream's length when that is longer, so that the tool never trims what the application keeps.
+
+    Args:
+        kind: ``TYPE P:events``.
+        length: ``XLEN P:events`` (read only when it is a stream; else anything).
+    """
+    if decode(kind) != "stream":
+        return None
+    return min(max(EVENTS_MAXLEN, int(length)), MAX_EVENTS_MAXLEN)
 
 
 def _check_since(since: object) -> str:
