@@ -352,6 +352,12 @@ OOM_CHECKS = [
         covers="complete",
     ),
     OomCheck("report_progress", lambda queue, db, held: queue.report_progress(db, held, 1)),
+    OomCheck(
+        "release-result",
+        lambda queue, db, held: type(queue)(PREFIX, max_deliveries=1, keep_results=300).release(
+            db, held, reason="r"
+        ),
+    ),
 ]
 test_results_check_types_before_writing = write_check_test(WRITE_CHECKS)
 test_results_out_of_memory = oom_test(OOM_CHECKS)
