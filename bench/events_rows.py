@@ -1,13 +1,14 @@
 """Row module of the event stream: a queue made with ``events=True`` against one without.
 
-Workload ``events_cost`` (run by ``ours_worker.py``): in one process, on one server, rounds
-alternating between a queue with events on and the same queue with events off, for each of:
-``add`` (``add_unique_item``, one item per call), ``pair`` (``lease(block=False)`` then
-``complete``, one item at a time) and ``worker`` (``Worker``, one thread, a no-op handler,
-draining ``per`` pre-added items, timed until the processing list is empty). For add and pair it
-reads the server time of the script calls too (``INFO commandstats``). Items/s and server
-microseconds per operation are each the best round; the rows are the time per item with events
-on over off (target: at most 1.15x, 15% slower).
+Workload ``events_cost`` (run by ``ours_worker.py``): in one process, on one server, a queue with
+events on and the same queue with events off, for each of: ``add`` (``add_unique_item``, one
+item per call), ``pair`` (``lease(block=False)`` then ``complete``, one item at a time), both
+interleaved in chunks of 100 items (which side goes first swaps every chunk), and ``worker``
+(``Worker``, one thread, a no-op handler, draining pre-added items, timed until the processing
+list is empty) in rounds alternating the same way. Each side's rate is its items over its whole
+time, so that both meet the same load of a busy machine; add and pair also read the server time
+of the script calls (``INFO commandstats``). The rows are the time per item with events on over
+off (target: at most 1.15x, 15% slower).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from workloads import DATA, LONG_LEASE, PREFIX, WARMUP, BenchError
 TARGET = 1.15
 KINDS = ("add", "pair", "worker")
 FILL_CHUNK = 1000
+#: Items of one side before the other side's turn (add and pair).
+CHUNK = 100
 
 
 class _Queue:
@@ -67,14 +70,36 @@ def _pairs(q: _Queue, k: int) -> None:
             raise BenchError("lease+complete found nothing to do")
 
 
-def _timed(q: _Queue, body: Callable[[_Queue, int], None], k: int) -> tuple[float, float]:
-    """Items/s and server microseconds per item of ``body`` (k items)."""
-    q.db.config_resetstat()
+def _script_usec(db: redis.Redis) -> float:
+    return _script_calls(db)[1]
+
+
+def _interleaved(
+    queues: dict[str, _Queue], body: Callable[[_Queue, int], None], n: int
+) -> dict[str, Result]:
+    """``body`` over ``n`` items per side, in chunks of ``CHUNK`` alternating between the sides
+    (which goes first swaps every chunk), so that both meet the same load of the machine: per
+    side, items/s over its whole time and server microseconds per item."""
+    seconds = dict.fromkeys(queues, 0.0)
+    usec = dict.fromkeys(queues, 0.0)
+    done = dict.fromkeys(queues, 0)
+    db = next(iter(queues.values())).db
+    db.config_resetstat()
     gc.collect()
-    start = time.perf_counter()
-    body(q, k)
-    seconds = time.perf_counter() - start
-    return k / seconds, _script_calls(q.db)[1] / k
+    for k in range(0, n, CHUNK):
+        count = min(CHUNK, n - k)
+        order = list(queues) if (k // CHUNK) % 2 == 0 else list(reversed(queues))
+        for side in order:
+            before = _script_usec(db)
+            start = time.perf_counter()
+            body(queues[side], count)
+            seconds[side] += time.perf_counter() - start
+            usec[side] += _script_usec(db) - before
+            done[side] += count
+    return {
+        side: {"value": done[side] / seconds[side], "server_us": usec[side] / done[side]}
+        for side in queues
+    }
 
 
 def _worker(q: _Queue, url: str, k: int) -> float:
@@ -112,33 +137,33 @@ def _worker(q: _Queue, url: str, k: int) -> float:
 
 
 def events_cost(db: redis.Redis, q: Any, p: Result) -> Result:
-    """Each kind with events on and off, rounds alternating."""
+    """Each kind with events on and off: add and pair interleaved chunk by chunk, the worker in
+    rounds alternating (which goes first swaps every round), each side's rate over its whole
+    time."""
     rwq = q.rwq
     n, rounds = p["n"], p["rounds"]
     per = max(1, n // rounds)
     host, port = _address(db)
     url = f"redis://{host}:{port}/0"
     queues = {"on": _Queue(rwq, db, True), "off": _Queue(rwq, db, False)}
-    out: Result = {kind: {side: _rate_result(per) for side in queues} for kind in KINDS}
-    server: dict[str, dict[str, float]] = {
-        kind: {side: float("inf") for side in queues} for kind in ("add", "pair")
-    }
     for queue in queues.values():  # warm-up: load the scripts, start the pools
         _adds(queue, WARMUP)
         _pairs(queue, WARMUP)
         _worker(queue, url, WARMUP)
-    for _ in range(rounds):
-        for side, queue in queues.items():
-            items_per_s, usec = _timed(queue, _adds, per)
-            _record(out["add"][side], items_per_s)
-            server["add"][side] = min(server["add"][side], usec)
-        for side, queue in queues.items():
-            items_per_s, usec = _timed(queue, _pairs, per)
-            _record(out["pair"][side], items_per_s)
-            server["pair"][side] = min(server["pair"][side], usec)
-        for side, queue in queues.items():
-            _record(out["worker"][side], _worker(queue, url, per))
-    out["server_us"] = server
+    out: Result = {"add": _interleaved(queues, _adds, n), "pair": _interleaved(queues, _pairs, n)}
+    worker: Result = {side: _rate_result(per) for side in queues}
+    seconds = dict.fromkeys(queues, 0.0)
+    for r in range(rounds):
+        for side in list(queues) if r % 2 == 0 else list(reversed(queues)):
+            items_per_s = _worker(queues[side], url, per)
+            _record(worker[side], items_per_s)
+            seconds[side] += per / items_per_s
+    for side in queues:
+        worker[side]["value"] = per * rounds / seconds[side]
+    out["worker"] = worker
+    out["server_us"] = {
+        kind: {s: out[kind][s]["server_us"] for s in queues} for kind in ("add", "pair")
+    }
     out["value"] = out["add"]["off"]["value"] / out["add"]["on"]["value"]
     out["unit"] = "ratio"
     return out
@@ -150,7 +175,7 @@ WORKLOADS = {"events_cost": events_cost}
 
 def jobs(quick: bool) -> list[Job]:
     """One job: every kind, events on and off, rounds alternating."""
-    n, rounds = (1_500, 1) if quick else (6_000, 6)
+    n, rounds = (1_500, 2) if quick else (8_000, 8)
     return [Job("events", "ours", "events_cost", {"n": n, "rounds": rounds})]
 
 
