@@ -14,7 +14,6 @@ off (target: at most 1.15x, 15% slower).
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,14 +21,13 @@ from typing import Any
 import redis
 
 from jobs_workloads import _script_calls
-from ours_workloads import _address, _drained, _rate_result, _record
+from ours_workloads import _address, _rate_result, _record, drain_with_worker
 from rows import Job, Ratio, Result, Results, Row, rate
 from workloads import DATA, LONG_LEASE, PREFIX, WARMUP, BenchError
 
 #: The slowdown allowed with events on (time per item, on over off).
 TARGET = 1.15
 KINDS = ("add", "pair", "worker")
-FILL_CHUNK = 1000
 #: Items of one side before the other side's turn (add and pair).
 CHUNK = 100
 
@@ -43,11 +41,6 @@ class _Queue:
         self.queue = rwq.WorkQueue(
             rwq.KeyPrefix(f"{PREFIX}:{'on' if events else 'off'}"), events=events
         )
-
-    def fill(self, n: int) -> None:
-        make, add = self.rwq.Item, self.queue.add_items
-        for start in range(0, n, FILL_CHUNK):
-            add(self.db, [make(DATA) for _ in range(min(FILL_CHUNK, n - start))], unique=True)
 
     def processing(self) -> int:
         return int(self.queue.processing(self.db))
@@ -102,40 +95,6 @@ def _interleaved(
     }
 
 
-def _worker(q: _Queue, url: str, k: int) -> float:
-    """Items/s of ``Worker`` (one thread, a no-op handler) draining ``k`` items."""
-    q.fill(k)
-    handled = 0
-    all_handled = threading.Event()
-
-    def noop(item: Any) -> None:
-        nonlocal handled
-        handled += 1
-        if handled == k:
-            all_handled.set()
-
-    worker = q.rwq.Worker(url, [q.queue], noop, concurrency=1, lease_secs=30, poll_secs=0.1)
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(worker.run(signals=())))
-    gc.collect()
-    start = time.perf_counter()
-    thread.start()
-    if not all_handled.wait(300):
-        worker.stop()
-        raise BenchError(f"the worker handled {handled} of {k} items in 300 s")
-    while q.processing():  # the last completion follows the last handler call
-        time.sleep(0.0002)
-    seconds = time.perf_counter() - start
-    worker.stop()
-    thread.join(30)
-    if thread.is_alive() or not out:
-        raise BenchError("the worker did not stop within 30 s of stop()")
-    if (out[0].completed, out[0].failed, out[0].lost) != (k, 0, 0):
-        raise BenchError(f"the worker's counts: {out[0]}")
-    _drained(q)
-    return k / seconds
-
-
 def events_cost(db: redis.Redis, q: Any, p: Result) -> Result:
     """Each kind with events on and off: add and pair interleaved chunk by chunk, the worker in
     rounds alternating (which goes first swaps every round), each side's rate over its whole
@@ -149,13 +108,13 @@ def events_cost(db: redis.Redis, q: Any, p: Result) -> Result:
     for queue in queues.values():  # warm-up: load the scripts, start the pools
         _adds(queue, WARMUP)
         _pairs(queue, WARMUP)
-        _worker(queue, url, WARMUP)
+        drain_with_worker(queue, db, url, WARMUP)
     out: Result = {"add": _interleaved(queues, _adds, n), "pair": _interleaved(queues, _pairs, n)}
     worker: Result = {side: _rate_result(per) for side in queues}
     seconds = dict.fromkeys(queues, 0.0)
     for r in range(rounds):
         for side in list(queues) if r % 2 == 0 else list(reversed(queues)):
-            items_per_s = _worker(queues[side], url, per)
+            items_per_s = drain_with_worker(queues[side], db, url, per)
             _record(worker[side], items_per_s)
             seconds[side] += per / items_per_s
     for side in queues:
