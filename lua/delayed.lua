@@ -1,5 +1,6 @@
 -- delayed: read a page of the delayed items, soonest due first, without taking anything.
 --#include queue.lua
+--#include preview.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) first: the first index, as a ZRANGE index of the delayed set (0: soonest due)
 -- arg(2) last: the last index
@@ -14,21 +15,7 @@ local out = {redis.call('ZCARD', Q.delayed)}
 for i = 1, #rows, 2 do
   local id, due = rows[i], rows[i + 1]
   local key = Q.item .. id
-  local data, size
-  if bound < 0 then
-    data = redis.call('GET', key)
-    size = data and #data
-  else
-    size = redis.call('STRLEN', key)
-    if size <= bound then
-      data = redis.call('GET', key) -- whole (nil when the item is gone)
-      size = data and size
-    elseif bound == 0 then
-      data = ''
-    else
-      data = redis.call('GETRANGE', key, 0, bound - 1)
-    end
-  end
+  local data, size = preview(key, bound)
   out[#out + 1] = {id, due, data, size}
 end
 return out

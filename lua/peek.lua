@@ -1,5 +1,6 @@
 -- peek: read a page of the main queue without taking anything.
 --#include queue.lua
+--#include preview.lua
 -- KEYS[1] the main queue; ARGV[1] the key prefix (see queue.lua)
 -- arg(1) first: the first index, as an LRANGE index of the main queue list
 -- arg(2) last: the last index
@@ -13,21 +14,7 @@ local bound = tonumber(arg(3))
 local out = {redis.call('LLEN', Q.queue)}
 for _, id in ipairs(ids) do
   local key = Q.item .. id
-  local data, size
-  if bound < 0 then
-    data = redis.call('GET', key)
-    size = data and #data
-  else
-    size = redis.call('STRLEN', key)
-    if size <= bound then
-      data = redis.call('GET', key) -- whole (nil when the item is gone)
-      size = data and size
-    elseif bound == 0 then
-      data = ''
-    else
-      data = redis.call('GETRANGE', key, 0, bound - 1)
-    end
-  end
+  local data, size = preview(key, bound)
   out[#out + 1] = {id, data, size}
 end
 return out

@@ -7,12 +7,11 @@ the details); only the call is awaited. Both run the same operations (:mod:`.ops
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from . import transport
+from . import results, transport
 from .clients import AsyncClient, AsyncPipeline
 from .flow import RateLimit
 from .item import Item
@@ -25,19 +24,9 @@ from .ops import sharded as sharded_ops
 from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.listing import DelayedItem
+from .ops.queue import Adding
 from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
-from .results import (
-    CleanReport,
-    DeadLetter,
-    FlushReport,
-    PendingItem,
-    ProgressCallback,
-    QueueCounts,
-    QueuedItem,
-    QueueStats,
-    Released,
-)
 from .transport import arun
 
 
@@ -57,9 +46,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> bool:
         """See :meth:`WorkQueue.add_item`."""
-        return await arun(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return await arun(db, self.ops.add_one(item, False, Adding(delay, ttl, replicas)))
 
     async def add_unique_item(
         self,
@@ -70,9 +57,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> None:
         """See :meth:`WorkQueue.add_unique_item`."""
-        await arun(
-            db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        await arun(db, self.ops.add_one(item, True, Adding(delay, ttl, replicas)))
 
     async def add_items(
         self,
@@ -84,9 +69,7 @@ class AsyncWorkQueue(QueueBase):
         replicas: int | None = None,
     ) -> list[bool]:
         """See :meth:`WorkQueue.add_items`."""
-        return await arun(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return await arun(db, self.ops.add(items, unique, Adding(delay, ttl, replicas)))
 
     def add_unique_item_to_pipeline(self, pipeline: AsyncPipeline, item: Item) -> None:
         """See :meth:`WorkQueue.add_unique_item_to_pipeline` (not awaited: it only queues)."""
@@ -138,7 +121,7 @@ class AsyncWorkQueue(QueueBase):
         delay: float = 0,
         reason: str | None = None,
         undo: bool = False,
-    ) -> Released:
+    ) -> results.Released:
         """See :meth:`WorkQueue.release_outcome`."""
         return await arun(db, self.ops.release_outcome(item, delay, reason, undo))
 
@@ -192,13 +175,13 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.complete_many`."""
         return await arun(db, self.ops.complete(items, replicas))
 
-    async def light_clean(self, db: AsyncClient) -> CleanReport:
+    async def light_clean(self, db: AsyncClient) -> results.CleanReport:
         """See :meth:`WorkQueue.light_clean`."""
         return await arun(db, self.ops.light_clean())
 
     async def deep_clean(
-        self, db: AsyncClient, progress: ProgressCallback | None = None
-    ) -> CleanReport:
+        self, db: AsyncClient, progress: results.ProgressCallback | None = None
+    ) -> results.CleanReport:
         """See :meth:`WorkQueue.deep_clean`."""
         return await arun(db, self.ops.deep_clean(progress))
 
@@ -208,7 +191,7 @@ class AsyncWorkQueue(QueueBase):
         start: int = 0,
         count: int = 100,
         preview_bytes: int | None = None,
-    ) -> list[DeadLetter]:
+    ) -> list[results.DeadLetter]:
         """See :meth:`WorkQueue.dead_letters`."""
         return await arun(db, self.ops.dead_letters(start, count, preview_bytes))
 
@@ -229,11 +212,11 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.purge_dead`."""
         return await arun(db, self.ops.purge_dead(ids))
 
-    async def stats(self, db: AsyncClient) -> QueueStats:
+    async def stats(self, db: AsyncClient) -> results.QueueStats:
         """See :meth:`WorkQueue.stats`."""
         return await arun(db, self.ops.stats())
 
-    async def counts(self, db: AsyncClient) -> QueueCounts:
+    async def counts(self, db: AsyncClient) -> results.QueueCounts:
         """See :meth:`WorkQueue.counts`."""
         return await arun(db, self.ops.counts())
 
@@ -243,7 +226,7 @@ class AsyncWorkQueue(QueueBase):
         start: int = 0,
         count: int = 10,
         preview_bytes: int | None = None,
-    ) -> list[QueuedItem]:
+    ) -> list[results.QueuedItem]:
         """See :meth:`WorkQueue.peek`."""
         return await arun(db, self.ops.peek(start, count, preview_bytes))
 
@@ -251,7 +234,9 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.item_data`."""
         return await arun(db, self.ops.item_data(item_id, dead))
 
-    async def pending(self, db: AsyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
+    async def pending(
+        self, db: AsyncClient, start: int = 0, count: int = 10
+    ) -> list[results.PendingItem]:
         """See :meth:`WorkQueue.pending`."""
         return await arun(db, self.ops.pending(start, count))
 
@@ -267,7 +252,7 @@ class AsyncWorkQueue(QueueBase):
 
     async def flush(
         self, db: AsyncClient, progress: Callable[[int], None] | None = None
-    ) -> FlushReport:
+    ) -> results.FlushReport:
         """See :meth:`WorkQueue.flush`."""
         return await arun(db, self.ops.flush(progress))
 
@@ -306,21 +291,9 @@ class AsyncWorkQueue(QueueBase):
         overlap: schedule_ops.Overlap = "add",
     ) -> bool:
         """See :meth:`WorkQueue.schedule`."""
-        return await arun(
-            db,
-            schedule_ops.schedule_steps(
-                self.keys,
-                name,
-                cron=cron,
-                every=every,
-                tz=tz,
-                data=data,
-                start=start,
-                end=end,
-                catch_up=catch_up,
-                overlap=overlap,
-            ),
-        )
+        name = schedule_ops.check_name(name)  # the name is checked before the definition
+        spec = schedule_ops.Spec.of(cron, every, tz, start, end, catch_up, overlap)
+        return await arun(db, schedule_ops.schedule_steps(self.keys, name, spec, data))
 
     async def schedules(self, db: AsyncClient) -> list[schedule_ops.Schedule]:
         """See :meth:`WorkQueue.schedules`."""
@@ -384,17 +357,10 @@ class AsyncWorkQueue(QueueBase):
         self, db: AsyncClient, since: str = "0", block: float | None = None
     ) -> AsyncIterator[Event]:
         """See :meth:`WorkQueue.events`; use with ``async for``."""
-        block = events_ops.check_block(block)
-        deadline = None if block is None else time.monotonic() + block
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            since, found = await arun(db, events_ops.read_events(self.ops, since, left or None))
-            if found:
-                for event in found:
-                    yield event
-                deadline = None if block is None else time.monotonic() + block
-            elif deadline is None or time.monotonic() >= deadline:
-                return
+        feed = events_ops.Feed(self.ops, since, block)
+        while (page := feed.page()) is not None:
+            for event in await arun(db, page):
+                yield event
 
 
 async def lease_from(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from . import scripts
+from .keyprefix import QueueKeys
 
 T = TypeVar("T")
 
@@ -38,6 +39,15 @@ class ScriptCall:
     wait: tuple[int, int] | None = None
     #: Keys the script touches without declaring them, which must share the declared keys' slot.
     slot_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def on(
+        cls, keys: QueueKeys, name: str, *args: scripts.Arg, wait: tuple[int, int] | None = None
+    ) -> ScriptCall:
+        """Script ``name`` of ``lua/`` on one queue: the queue's KEYS and ARGV, then ``args``."""
+        return cls(
+            scripts.load(name), keys.script_keys, (*keys.script_args, *args), wait, keys.slot_keys
+        )
 
 
 @dataclass(frozen=True, slots=True)

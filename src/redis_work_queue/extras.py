@@ -7,22 +7,27 @@ from contextlib import contextmanager
 
 from .errors import MissingExtraError
 
+#: Each extra's packages: (top-level import name, pip requirement with the lowest version).
+_REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
+    "spark": (("pyspark", "'pyspark>=4,<5'"), ("pyarrow", "'pyarrow>=15'")),
+    "prometheus": (("prometheus_client", "'prometheus-client>=0.17'"),),
+    "dashboard": (
+        ("starlette", "'starlette>=0.37'"),
+        ("uvicorn", "'uvicorn>=0.29'"),
+        ("jinja2", "'jinja2>=3.1'"),
+    ),
+    "embedded": (("fakeredis", "'fakeredis>=2.26'"), ("lupa", "'lupa>=2.0'")),
+    "schedules": (("cronsim", "'cronsim>=2.6'"),),
+}
+
 #: The packages each extra brings (their top-level import names).
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "spark": ("pyspark", "pyarrow"),
-    "prometheus": ("prometheus_client",),
-    "dashboard": ("starlette", "uvicorn", "jinja2"),
-    "embedded": ("fakeredis", "lupa"),
-    "schedules": ("cronsim",),
+    extra: tuple(module for module, _ in needs) for extra, needs in _REQUIRES.items()
 }
 
 #: The packages each extra brings, as pip names them (with the extra's lowest versions).
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "spark": ("'pyspark>=4,<5'", "'pyarrow>=15'"),
-    "prometheus": ("'prometheus-client>=0.17'",),
-    "dashboard": ("'starlette>=0.37'", "'uvicorn>=0.29'", "'jinja2>=3.1'"),
-    "embedded": ("'fakeredis>=2.26'", "'lupa>=2.0'"),
-    "schedules": ("'cronsim>=2.6'",),
+    extra: tuple(pip for _, pip in needs) for extra, needs in _REQUIRES.items()
 }
 
 

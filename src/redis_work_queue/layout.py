@@ -7,16 +7,19 @@ when it assembles a script, see :func:`lua_table`), the command line's table of 
 (:data:`KEY_TYPES`), the keys the write-check tests plant wrong types in (:func:`kinds`) and the
 key table of ``docs/wire-contract.md`` (:func:`markdown_table`; a test checks that it is current).
 
-Adding a key is adding a row (and, for a key named per item, worker or batch, a method of
-``QueueKeys`` that names it); ``python -m redis_work_queue.doctables`` then rewrites the table
-of the docs.
+The rows themselves are data, in ``layout.json`` beside this module (one object per key, with
+the fields of :class:`KeyRow`). Adding a key is adding a row there (and, for a key named per
+item, worker or batch, a method of ``QueueKeys`` that names it);
+``python -m redis_work_queue.doctables`` then rewrites the table of the docs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Literal
+from importlib import resources
+from typing import Any, Literal
 
 from .errors import LuaSourceError
 
@@ -88,130 +91,50 @@ class KeyRow:
         return f"P{self.suffix}{PLACEHOLDERS[self.scope]}"
 
 
-_S: tuple[Writer, ...] = ("scripts",)
-_R: tuple[Writer, ...] = ("runner",)
-_SPARK: tuple[Writer, ...] = ("spark",)
+#: What a row of ``layout.json`` may hold, and the values it may take.
+_FIELDS = {"name", "suffix", "kind", "scope", "writers", "reference", "description", "lua"}
+_KINDS = ("string", "list", "hash", "zset", "stream")
+_WRITERS = ("scripts", "runner", "spark")
 
-#: Every key of a queue, in the order of ``QueueKeys.fixed()`` and ``QueueKeys.patterns()``.
-# fmt: off
-ROWS: tuple[KeyRow, ...] = (
-    KeyRow(
-        "queue", ":queue", "list", "queue", _S, True,
-        "ids waiting: pushed on the left, leased from the right",
-    ),
-    KeyRow(
-        "processing", ":processing", "list", "queue", _S, True,
-        "ids leased (or whose lease expired and that no clean has requeued yet), newest on the "
-        "left",
-    ),
-    KeyRow(
-        "item", ":item:", "string", "item", _S, True,
-        "the item's data; the item exists exactly while this key exists",
-    ),
-    KeyRow(
-        "lease", ":lease:", "string", "item", _S, True,
-        "the lease, with an expiry: the holder's token and the time it was leased "
-        "(`<token>@<ms>`); a delayed item's delay lease; a deep clean's hold; a cancelled "
-        "item's mark (`cancelled:` then the lease it had)",
-    ),
-    KeyRow(
-        "deliveries", ":deliveries", "hash", "queue", _S, False,
-        "id -> delivery count, of items that have been leased",
-    ),
-    KeyRow(
-        "reasons", ":reasons", "hash", "queue", _S, False,
-        "id -> the reason of the item's last failure",
-    ),
-    KeyRow(
-        "dead", ":dead", "zset", "queue", _S, False,
-        "the dead-letter store: id -> ms the item was buried",
-    ),
-    KeyRow(
-        "dead_item", ":dead:", "hash", "item", _S, False,
-        "one dead letter: its data, delivery count and reason",
-    ),
-    KeyRow(
-        "delayed", ":delayed", "zset", "queue", _S, False,
-        "delayed items: id -> ms the item falls due",
-    ),
-    KeyRow(
-        "waiting", ":waiting", "zset", "queue", _S, False,
-        "workers blocked on the queue -> ms their registration lapses; expires with the last",
-    ),
-    KeyRow(
-        "wake", ":wake", "list", "queue", _S, False,
-        "wake-up tokens for the blocked workers; expires with the last registration",
-    ),
-    KeyRow(
-        "spark_write", ":spark:write", "hash", "queue", _SPARK, False,
-        "the totals of the Spark data source's last write", lua=False,
-    ),
-    KeyRow(
-        "spark_batch", ":spark:batch:", "string", "batch", _SPARK, False,
-        "the items a Spark streaming read leased for one micro-batch (kept a week)", lua=False,
-    ),
-    KeyRow(
-        "cleaned", ":cleaned", "string", "queue", _R, False,
-        "a flag with an expiry: a worker took the fleet's light-clean turn", lua=False,
-    ),
-    KeyRow(
-        "workers", ":workers", "zset", "queue", _R, False,
-        "live workers -> ms their registration lapses; expires with the last",
-    ),
-    KeyRow(
-        "worker", ":worker:", "hash", "worker", _R, False,
-        "one live worker's registration (host, pid, queues, beat, counts); expires with it",
-    ),
-    KeyRow(
-        "counts", ":counts", "hash", "queue", _S, False,
-        "the queue's counters: counter name -> number of items that took that path",
-    ),
-    KeyRow(
-        "durations", ":durations", "hash", "queue", _R, False,
-        "the workers' job-duration histogram: field -> count (no expiry)",
-    ),
-    KeyRow(
-        "schedules", ":schedules", "hash", "queue", _S, False,
-        "schedules: name -> its definition (JSON: cron or interval, zone, start, end, policies)",
-    ),
-    KeyRow(
-        "schedules_data", ":schedules:data", "hash", "queue", _S, False,
-        "schedules: name -> the data each of its occurrences carries",
-    ),
-    KeyRow(
-        "schedules_due", ":schedules:due", "zset", "queue", _S, False,
-        "schedules: name -> ms its next occurrence is due (-1: paused; +inf: none left)",
-    ),
-    KeyRow(
-        "schedules_last", ":schedules:last", "hash", "queue", _S, False,
-        "schedules: name -> the id of the last occurrence added",
-    ),
-    KeyRow(
-        "schedules_turn", ":schedules:turn", "string", "queue", _R, False,
-        "a flag with an expiry: a worker took the fleet's turn to add due occurrences",
-    ),
-    KeyRow(
-        "result", ":result:", "list", "item", _S, False,
-        "a completed item's result, one entry (`c` then the result), or a dead item's failure "
-        "record (`d` then the reason), kept `keep_results` seconds; waiters block on it",
-    ),
-    KeyRow(
-        "progress", ":progress:", "string", "item", _S, False,
-        "a leased item's last progress report; it lapses with the lease",
-    ),
-    KeyRow(
-        "rate", ":rate", "hash", "queue", _S, False,
-        "the rate limit of this library's leases (count, per_ms, burst), its token bucket "
-        "(tokens, at), pacing clock (tat) and waiters' turns (r:<waiter>); only once a limit "
-        "is set",
-    ),
-    KeyRow(
-        "events", ":events", "stream", "queue", _S, False,
-        "with events on: one entry per change of an item (kind, id, delivery, reason), capped "
-        "near `events_maxlen` entries",
-    ),
+
+def _row(raw: dict[str, Any]) -> KeyRow:
+    """One row of ``layout.json`` as a :class:`KeyRow`, its every field checked.
+
+    Raises:
+        ValueError: A field is missing, unknown or out of its range.
+    """
+    if not isinstance(raw, dict) or set(raw) - _FIELDS or not _FIELDS - {"lua"} <= set(raw):
+        raise ValueError(f"layout.json: a row has fields {sorted(raw)}, not {sorted(_FIELDS)}")
+    writers = tuple(raw["writers"])
+    texts = (raw["name"], raw["suffix"], raw["description"])
+    if (
+        raw["kind"] not in _KINDS
+        or raw["scope"] not in PLACEHOLDERS
+        or not writers
+        or not set(writers) <= set(_WRITERS)
+        or type(raw["reference"]) is not bool
+        or type(raw.get("lua", True)) is not bool
+        or not all(isinstance(text, str) for text in texts)
+    ):
+        raise ValueError(f"layout.json: row {raw.get('name')!r} has a value out of range")
+    return KeyRow(
+        raw["name"],
+        raw["suffix"],
+        raw["kind"],
+        raw["scope"],
+        writers,
+        raw["reference"],
+        raw["description"],
+        raw.get("lua", True),
+    )
+
+
+#: Every key of a queue, in the order of ``QueueKeys.fixed()`` and ``QueueKeys.patterns()``:
+#: the rows of ``layout.json``, which is the table to edit.
+ROWS: tuple[KeyRow, ...] = tuple(
+    _row(raw)
+    for raw in json.loads((resources.files("redis_work_queue") / "layout.json").read_text("utf-8"))
 )
-# fmt: on
 
 #: The key the scripts are given in ``KEYS`` (every other key is named from the prefix).
 MAIN = "queue"

@@ -39,8 +39,29 @@ class QueueStats:
 SIZE_OF_DATA = -1
 
 
+class Previewed:
+    """What a listed item with a data preview shares: its ``data`` and ``size``.
+
+    ``size`` is the length of the item's whole data, or None when there is none (``data`` is
+    None: the id is a leftover of an item that no longer exists); when not given, the length of
+    ``data``.
+    """
+
+    data: bytes | None
+    size: int | None
+
+    def __post_init__(self) -> None:
+        if self.size == SIZE_OF_DATA:
+            object.__setattr__(self, "size", None if self.data is None else len(self.data))
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``data`` is a preview: a part of the item's data only."""
+        return self.data is not None and self.size is not None and self.size > len(self.data)
+
+
 @dataclass(frozen=True)
-class QueuedItem:
+class QueuedItem(Previewed):
     """An item waiting in the main queue, as seen by :meth:`WorkQueue.peek`.
 
     Attributes:
@@ -56,15 +77,6 @@ class QueuedItem:
     id: str
     data: bytes | None
     size: int | None = SIZE_OF_DATA
-
-    def __post_init__(self) -> None:
-        if self.size == SIZE_OF_DATA:
-            object.__setattr__(self, "size", None if self.data is None else len(self.data))
-
-    @property
-    def truncated(self) -> bool:
-        """True when ``data`` is a preview: a part of the item's data only."""
-        return self.data is not None and self.size is not None and self.size > len(self.data)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -116,20 +116,42 @@ def check_ids(ids: object, what: str) -> list[str]:
         InvalidArgumentError: ``ids`` is a single str or bytes (which would be taken letter by
             letter) or not iterable, or one id is not a str or cannot name an item.
     """
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        raise InvalidArgumentTypeError(
+    return listed_ids(
+        ids,
+        lambda: (
             f"{what} takes a list of ids (or None for all), not a {type(ids).__name__}: pass "
             f"[{ids!r}] for one id"
-        )
+        ),
+        f"{what}: ",
+    )
+
+
+def listed_ids(
+    ids: object, not_a_list: Callable[[], str], where: str = "", named: bool = True
+) -> list[str]:
+    """``ids`` as a list of str, each checked in turn before anything is sent.
+
+    Args:
+        ids: What the caller passed.
+        not_a_list: The message when ``ids`` is a single str or bytes (which would be taken
+            letter by letter) or not iterable.
+        where: What the message about one id starts with (``"requeue_dead: "``).
+        named: Also check that each id can name an item (see :func:`id_problem`).
+
+    Raises:
+        InvalidArgumentError: As :func:`check_ids` says.
+    """
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidArgumentTypeError(not_a_list())
     checked = []
     for index, item_id in enumerate(ids):
         if not isinstance(item_id, str):
             raise InvalidArgumentTypeError(
-                f"{what}: ids[{index}] must be a str, not {type(item_id).__name__}"
+                f"{where}ids[{index}] must be a str, not {type(item_id).__name__}"
             )
-        problem = id_problem(item_id)
+        problem = id_problem(item_id) if named else None
         if problem is not None:
-            raise InvalidArgumentError(f"{what}: ids[{index}]: {problem}")
+            raise InvalidArgumentError(f"{where}ids[{index}]: {problem}")
         checked.append(item_id)
     return checked
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
-from . import transport
+from . import results, transport
 from .clients import SyncClient, SyncPipeline
 from .flow import RateLimit
 from .item import Item
@@ -22,19 +21,9 @@ from .ops.events import Event
 from .ops.jobs import Cancelled, ItemState, Renewed
 from .ops.lease import FALLBACK_SLICE
 from .ops.listing import DelayedItem
+from .ops.queue import Adding
 from .ops.sharded import ShardStats
 from .queue_base import QueueBase, ops_of, ops_of_one
-from .results import (
-    CleanReport,
-    DeadLetter,
-    FlushReport,
-    PendingItem,
-    ProgressCallback,
-    QueueCounts,
-    QueuedItem,
-    QueueStats,
-    Released,
-)
 from .transport import run
 
 #: The facade and its ``lease_from``; the shared layer's names stay importable from here.
@@ -91,9 +80,7 @@ class WorkQueue(QueueBase):
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
             ReplicationError: Too few replicas acknowledged the add in time.
         """
-        return run(
-            db, self.ops.add_one(item, skip_check=False, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return run(db, self.ops.add_one(item, False, Adding(delay, ttl, replicas)))
 
     def add_unique_item(
         self,
@@ -113,7 +100,7 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``item`` is not an Item, or ``delay``/``ttl`` is out of range.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        run(db, self.ops.add_one(item, skip_check=True, delay=delay, ttl=ttl, replicas=replicas))
+        run(db, self.ops.add_one(item, True, Adding(delay, ttl, replicas)))
 
     def add_items(
         self,
@@ -140,9 +127,7 @@ class WorkQueue(QueueBase):
         Returns:
             One flag per item, in order: True when it was added, False when its id existed.
         """
-        return run(
-            db, self.ops.add(items, skip_check=unique, delay=delay, ttl=ttl, replicas=replicas)
-        )
+        return run(db, self.ops.add(items, unique, Adding(delay, ttl, replicas)))
 
     def add_unique_item_to_pipeline(self, pipeline: SyncPipeline, item: Item) -> None:
         """Queue an ``add_unique_item`` on a pipeline; it runs when the pipeline executes.
@@ -286,7 +271,7 @@ class WorkQueue(QueueBase):
         delay: float = 0,
         reason: str | None = None,
         undo: bool = False,
-    ) -> Released:
+    ) -> results.Released:
         """Give a leased item back as :meth:`release` does, and say where it went.
 
         Args:
@@ -415,7 +400,7 @@ class WorkQueue(QueueBase):
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    def light_clean(self, db: SyncClient) -> CleanReport:
+    def light_clean(self, db: SyncClient) -> results.CleanReport:
         """Requeue items whose lease has expired, going through the processing list once.
 
         The list is walked from its oldest end in steps of one script call each, sized from
@@ -436,7 +421,9 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.light_clean())
 
-    def deep_clean(self, db: SyncClient, progress: ProgressCallback | None = None) -> CleanReport:
+    def deep_clean(
+        self, db: SyncClient, progress: results.ProgressCallback | None = None
+    ) -> results.CleanReport:
         """Requeue every item that exists, is not queued and has no lease.
 
         That is what a light clean recovers (expired leases on the processing list, burying
@@ -476,7 +463,7 @@ class WorkQueue(QueueBase):
         start: int = 0,
         count: int = 100,
         preview_bytes: int | None = None,
-    ) -> list[DeadLetter]:
+    ) -> list[results.DeadLetter]:
         """One page of the dead-letter store, oldest first.
 
         Args:
@@ -530,7 +517,7 @@ class WorkQueue(QueueBase):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self, db: SyncClient) -> QueueStats:
+    def stats(self, db: SyncClient) -> results.QueueStats:
         """Queued, leased, expired-awaiting-clean, delayed and dead counts.
 
         The processing list is checked in chunks of 2000 entries, so the counts are not one
@@ -538,7 +525,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.stats())
 
-    def counts(self, db: SyncClient) -> QueueCounts:
+    def counts(self, db: SyncClient) -> results.QueueCounts:
         """The queue's counters: items added, completed, failed, retried, dead, expired, requeued.
 
         The scripts keep them in Redis (``<prefix>:counts``), counting from the queue's first
@@ -552,7 +539,7 @@ class WorkQueue(QueueBase):
         start: int = 0,
         count: int = 10,
         preview_bytes: int | None = None,
-    ) -> list[QueuedItem]:
+    ) -> list[results.QueuedItem]:
         """Look at queued items without taking them.
 
         Args:
@@ -592,7 +579,7 @@ class WorkQueue(QueueBase):
         """
         return run(db, self.ops.item_data(item_id, dead))
 
-    def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[PendingItem]:
+    def pending(self, db: SyncClient, start: int = 0, count: int = 10) -> list[results.PendingItem]:
         """Look at the processing list: leased items, their delivery counts and leases.
 
         Args:
@@ -627,7 +614,9 @@ class WorkQueue(QueueBase):
         """
         return run(db, listing.delayed(self.keys, start, count, preview_bytes))
 
-    def flush(self, db: SyncClient, progress: Callable[[int], None] | None = None) -> FlushReport:
+    def flush(
+        self, db: SyncClient, progress: Callable[[int], None] | None = None
+    ) -> results.FlushReport:
         """Delete every key of this queue: items, leases, lists, dead letters, bookkeeping.
 
         Works in chunks (SCAN with the prefix glob-escaped, then UNLINK), so flushing queue
@@ -740,21 +729,9 @@ class WorkQueue(QueueBase):
             MissingExtraError: A cron schedule needs the ``schedules`` extra.
             WrongKeyTypeError: A key of the queue holds the wrong Redis type.
         """
-        return run(
-            db,
-            schedule_ops.schedule_steps(
-                self.keys,
-                name,
-                cron=cron,
-                every=every,
-                tz=tz,
-                data=data,
-                start=start,
-                end=end,
-                catch_up=catch_up,
-                overlap=overlap,
-            ),
-        )
+        name = schedule_ops.check_name(name)  # the name is checked before the definition
+        spec = schedule_ops.Spec.of(cron, every, tz, start, end, catch_up, overlap)
+        return run(db, schedule_ops.schedule_steps(self.keys, name, spec, data))
 
     def schedules(self, db: SyncClient) -> list[schedule_ops.Schedule]:
         """The queue's schedules (paused ones first, then by next due time), read in pages."""
@@ -980,16 +957,9 @@ class WorkQueue(QueueBase):
             InvalidArgumentError: ``since`` is not an event id, ``"0"`` or ``"$"``, or
                 ``block`` is negative.
         """
-        block = events_ops.check_block(block)
-        deadline = None if block is None else time.monotonic() + block
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            since, found = run(db, events_ops.read_events(self.ops, since, left or None))
-            if found:
-                yield from found
-                deadline = None if block is None else time.monotonic() + block
-            elif deadline is None or time.monotonic() >= deadline:
-                return
+        feed = events_ops.Feed(self.ops, since, block)
+        while (page := feed.page()) is not None:
+            yield from run(db, page)
 
 
 def lease_from(

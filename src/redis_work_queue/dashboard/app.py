@@ -217,6 +217,23 @@ async def _guarded(
     return body if isinstance(body, Response) else _json(body)
 
 
+async def _on_queue(
+    state: DashboardState, name: str, work: Callable[[], Awaitable[dict[str, Any] | Response]]
+) -> Response:
+    """Run ``work`` on queue ``name`` as :func:`_guarded` does; 404 for a queue not shown."""
+
+    async def shown() -> dict[str, Any] | Response:
+        await state.queue_names()
+        if not state.known(name):
+            raise _NotShown(name)
+        return await work()
+
+    try:
+        return await _guarded(state, shown)
+    except _NotShown:
+        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+
+
 async def page(request: Request) -> Response:
     """The dashboard page."""
     state = _state(request)
@@ -262,9 +279,6 @@ async def queue_detail(request: Request) -> Response:
         return _json({"ok": False, "error": f"page must be 1 to {data.MAX_PAGE}"}, 400)
 
     async def work() -> dict[str, Any]:
-        await state.queue_names()
-        if not state.known(name):
-            raise _NotShown(name)
         try:
             if tab is not None:
                 return {"ok": True, **(await data.queue_tab(state.db, name, tab, page_no))}
@@ -274,10 +288,7 @@ async def queue_detail(request: Request) -> Response:
         except (WorkQueueError, redis.ResponseError) as err:
             return {"ok": True, **(await data.broken(state.db, name, err))}
 
-    try:
-        return await _guarded(state, work)
-    except _NotShown:
-        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+    return await _on_queue(state, name, work)
 
 
 async def job_detail(request: Request) -> Response:
@@ -289,15 +300,9 @@ async def job_detail(request: Request) -> Response:
         return _json({"ok": False, "error": "name the job: ?name=QUEUE&id=ID"}, 400)
 
     async def work() -> dict[str, Any]:
-        await state.queue_names()
-        if not state.known(name):
-            raise _NotShown(name)
         return {"ok": True, **(await data.job_detail(state.db, name, item_id))}
 
-    try:
-        return await _guarded(state, work)
-    except _NotShown:
-        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+    return await _on_queue(state, name, work)
 
 
 async def live(request: Request) -> Response:
@@ -313,15 +318,9 @@ async def live(request: Request) -> Response:
         return _json({"ok": False, "error": "since must be an event id or $"}, 400)
 
     async def work() -> dict[str, Any]:
-        await state.queue_names()
-        if not state.known(name):
-            raise _NotShown(name)
         return {"ok": True, **(await data.live_events(state.db, name, since))}
 
-    try:
-        return await _guarded(state, work)
-    except _NotShown:
-        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+    return await _on_queue(state, name, work)
 
 
 async def workers(request: Request) -> Response:
@@ -353,9 +352,6 @@ async def item_data(request: Request) -> Response:
         return _json({"ok": False, "error": "name the item: ?name=QUEUE&id=ID"}, 400)
 
     async def work() -> Response:
-        await state.queue_names()
-        if not state.known(name):
-            raise _NotShown(name)
         found = await AsyncWorkQueue(KeyPrefix(name)).item_data(state.db, item_id, dead)
         if found is None:
             what = "dead letter" if dead else "item"
@@ -369,10 +365,7 @@ async def item_data(request: Request) -> Response:
             },
         )
 
-    try:
-        return await _guarded(state, work)
-    except _NotShown:
-        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+    return await _on_queue(state, name, work)
 
 
 def download_name(item_id: str) -> str:
@@ -459,9 +452,6 @@ async def action(request: Request) -> Response:
         return _json({"ok": False, "error": str(err)}, err.status)
 
     async def work() -> dict[str, Any]:
-        await state.queue_names()
-        if not state.known(name):
-            raise _NotShown(name)
         queue = await data.acting_queue(state.db, name)
         if kind == "requeue":
             message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
@@ -481,10 +471,7 @@ async def action(request: Request) -> Response:
         logger.warning("dashboard action %s on %s: %s", kind, name, message)
         return {"ok": True, "message": f"{name}: {message}"}
 
-    try:
-        return await _guarded(state, work)
-    except _NotShown:
-        return _json({"ok": False, "error": f"no queue {name!r} is shown here"}, 404)
+    return await _on_queue(state, name, work)
 
 
 async def _job_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, item_id: str) -> str:

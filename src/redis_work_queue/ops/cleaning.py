@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import OutOfMemoryError
@@ -82,15 +83,13 @@ LOG_SECS = 5.0
 @builds("light_clean")
 def light_clean_call(keys: QueueKeys, budget: int, max_deliveries: int, due: int) -> ScriptCall:
     """``lua/light_clean.lua``: one step over the processing list's oldest ``budget`` ids."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, budget, max_deliveries, due)
-    return ScriptCall(scripts.load("light_clean"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "light_clean", budget, max_deliveries, due)
 
 
 @builds("forget_gone")
 def forget_gone_call(keys: QueueKeys, which: str, cursor: int, count: int) -> ScriptCall:
     """``lua/forget_gone.lua``: one HSCAN step over the bookkeeping hash ``which``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, cursor, count)
-    return ScriptCall(scripts.load("forget_gone"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "forget_gone", which, cursor, count)
 
 
 @builds("deep_clean_scan")
@@ -128,8 +127,7 @@ def deep_clean_renew_call(keys: QueueKeys, token: str, hold_ms: int, *ids: bytes
 @builds("deep_clean")
 def deep_clean_call(keys: QueueKeys, token: str, *ids: bytes) -> ScriptCall:
     """``lua/deep_clean.lua``: queue the ``ids`` run ``token`` still holds (in neither list)."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, token, *ids)
-    return ScriptCall(scripts.load("deep_clean"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "deep_clean", token, *ids)
 
 
 # Pacing -------------------------------------------------------------------------------------
@@ -192,11 +190,7 @@ class _Tally:
     def snapshot(self) -> CleanProgress:
         return CleanProgress(
             phase=self.phase,
-            examined=self.examined,
-            requeued=self.requeued,
-            dropped=self.dropped,
-            dead=self.dead,
-            forgotten=self.forgotten,
+            **asdict(self.report()),
             elapsed=time.monotonic() - self.started,
             longest_call=self.longest_us / 1e6,
         )

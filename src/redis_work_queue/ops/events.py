@@ -10,8 +10,9 @@ of entries (XREAD, blocking at most a bounded time); the queues' ``events`` iter
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..calls import Ask, Command, Steps
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -48,18 +49,7 @@ EventKind = Literal[
     "cancelled",
     "promoted",
 ]
-EVENT_KINDS: tuple[str, ...] = (
-    "added",
-    "leased",
-    "completed",
-    "failed",
-    "retried",
-    "dead",
-    "expired",
-    "requeued",
-    "cancelled",
-    "promoted",
-)
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 
 _ENTRY_ID = re.compile(r"\d+(-\d+)?")
 
@@ -228,3 +218,37 @@ def read_events(
     reply = yield Command((*command, "STREAMS", key, since), route=key, slot_keys=(key,))
     found = [parse_event(entry_id, fields) for entry_id, fields in _entries(reply)]
     return (found[-1].event_id if found else since), found
+
+
+class Feed:
+    """The bookkeeping of ``events``: the page to read next, and when the feed ends.
+
+    Each page waits up to what is left of ``block`` seconds; an event restarts the wait. With
+    ``block`` None the feed ends at the first empty page.
+
+    Raises:
+        InvalidArgumentError: ``block`` is negative (when the feed is made).
+    """
+
+    def __init__(self, ops: QueueOps, since: str, block: float | None) -> None:
+        self.ops = ops
+        self.since = since
+        self.block = check_block(block)
+        self.deadline = self._restarted()
+        self.ended = False
+
+    def _restarted(self) -> float | None:
+        return None if self.block is None else time.monotonic() + self.block
+
+    def page(self) -> Steps[list[Event]] | None:
+        """The read of the next page of events, or None once the feed has ended."""
+        return None if self.ended else self._read()
+
+    def _read(self) -> Steps[list[Event]]:
+        left = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+        self.since, found = yield from read_events(self.ops, self.since, left or None)
+        if found:
+            self.deadline = self._restarted()
+        elif self.deadline is None or time.monotonic() >= self.deadline:
+            self.ended = True
+        return found

@@ -33,8 +33,7 @@ def heartbeat_call(
     ``pairs`` holds ``durations`` histogram increments (field, value), then the registration's
     fields (field, value).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, worker, ttl_ms, durations, *pairs)
-    return ScriptCall(scripts.load("heartbeat"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "heartbeat", worker, ttl_ms, durations, *pairs)
 
 
 @operation(scripts=("heartbeat",), writes=True, docs=DOCS)

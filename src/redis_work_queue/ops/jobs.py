@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from .. import scripts
 from ..calls import Ask, Command, ScriptCall, Sleep, Steps
 from ..errors import (
     InvalidArgumentError,
@@ -26,7 +25,14 @@ from ..errors import (
 from ..item import Item
 from ..keyprefix import QueueKeys
 from ..results import Cancelled, Renewed
-from ..validation import MAX_PROGRESS_BYTES, check_item_id, decode, held_token, when_due
+from ..validation import (
+    MAX_PROGRESS_BYTES,
+    check_item_id,
+    decode,
+    held_token,
+    listed_ids,
+    when_due,
+)
 from .queue import QueueOps, _chunks, _parse_token, requeue_dead_call
 from .registry import builds, operation
 
@@ -84,23 +90,15 @@ class ItemState:
 @builds("state")
 def state_call(keys: QueueKeys, *ids: str) -> ScriptCall:
     """``lua/state.lua``: the state of each of ``ids``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, *ids)
-    return ScriptCall(scripts.load("state"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "state", *ids)
 
 
 def _check_ids(ids: Iterable[str]) -> list[str]:
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        raise InvalidArgumentTypeError(
-            f"ids must be a list of str ids, not {type(ids).__name__} (for one id, call state)"
-        )
-    checked = []
-    for index, item_id in enumerate(ids):
-        if not isinstance(item_id, str):
-            raise InvalidArgumentTypeError(
-                f"ids[{index}] must be a str, not {type(item_id).__name__}"
-            )
-        checked.append(item_id)
-    return checked
+    return listed_ids(
+        ids,
+        lambda: f"ids must be a list of str ids, not {type(ids).__name__} (for one id, call state)",
+        named=False,
+    )
 
 
 def parse_state(item_id: str, row: Sequence[Any]) -> ItemState:
@@ -160,22 +158,19 @@ def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
 @builds("cancel")
 def cancel_call(keys: QueueKeys, item_id: str) -> ScriptCall:
     """``lua/cancel.lua``: cancel ``item_id``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id)
-    return ScriptCall(scripts.load("cancel"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "cancel", item_id)
 
 
 @builds("promote")
 def promote_call(keys: QueueKeys, item_id: str) -> ScriptCall:
     """``lua/promote.lua``: make the delayed ``item_id`` due now."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id)
-    return ScriptCall(scripts.load("promote"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "promote", item_id)
 
 
 @builds("reschedule")
 def reschedule_call(keys: QueueKeys, item_id: str, delay_ms: int, due_ms: int) -> ScriptCall:
     """``lua/reschedule.lua``: delay the queued or delayed ``item_id`` until a new time."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, delay_ms, due_ms)
-    return ScriptCall(scripts.load("reschedule"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "reschedule", item_id, delay_ms, due_ms)
 
 
 @operation(methods=("cancel",), scripts=("cancel",), writes=True, cli="cancel", docs=DOCS)
@@ -221,8 +216,7 @@ def renew_outcome(ops: QueueOps, item: Item, lease_secs: float) -> Steps[Renewed
 @builds("progress")
 def progress_call(keys: QueueKeys, item_id: str, token: str, progress: bytes) -> ScriptCall:
     """``lua/progress.lua``: keep ``progress`` of ``item_id`` while ``token`` holds its lease."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, token, progress)
-    return ScriptCall(scripts.load("progress"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "progress", item_id, token, progress)
 
 
 def check_progress(progress: object) -> bytes:

@@ -136,6 +136,21 @@ class LeaseRequest:
         return min(self.count, LEASE_CHUNK)
 
 
+def lease_request(
+    lease_secs: float, block: bool, timeout: float, at_most_once: bool = False, count: int = 1
+) -> Steps[LeaseRequest]:
+    """Check a lease's arguments and make its request (see :meth:`LeaseRequest.of`).
+
+    A blocking request asks the driver how long its one blocking command may be.
+    """
+    request = LeaseRequest.of(
+        lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, count=count
+    )
+    if block:
+        request = request.blocking_at_most((yield Ask("max_block")))
+    return request
+
+
 @builds("lease")
 def lease_call(
     plan: LeasePlan,
@@ -184,16 +199,7 @@ def claim_call(
     max_deliveries: int,
 ) -> ScriptCall:
     """``lua/claim.lua``: lease the id ``moved`` that a blocking pop took off the main queue."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        lease_ms,
-        token,
-        once,
-        moved,
-        waiter,
-        max_deliveries,
-    )
-    return ScriptCall(scripts.load("claim"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "claim", lease_ms, token, once, moved, waiter, max_deliveries)
 
 
 class LeasePlan:
@@ -472,14 +478,10 @@ def lease_from(
     """
     if not queues:
         raise InvalidArgumentError("lease_from needs at least one queue")
+    request = yield from lease_request(lease_secs, block, timeout, at_most_once)
     if _sharded(queues):
-        sharded: tuple[int, Item] | None = yield from _shards().lease_from(
-            queues, lease_secs, block, timeout, at_most_once
-        )
+        sharded: tuple[int, Item] | None = yield from _shards().lease_from(queues, request)
         return sharded
-    request = LeaseRequest.of(lease_secs, block=block, timeout=timeout, at_most_once=at_most_once)
-    if block:
-        request = request.blocking_at_most((yield Ask("max_block")))
     if len(queues) == 1 or (yield Ask("together", plan_of(queues).slot_keys)):
         leased = yield from lease_items(queues, request)
         return leased[0] if leased else None

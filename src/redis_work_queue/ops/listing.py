@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..keyprefix import QueueKeys
-from ..results import SIZE_OF_DATA
+from ..results import SIZE_OF_DATA, Previewed
 from ..validation import check_page, check_preview, decode
 from .registry import builds, operation
 
@@ -22,7 +21,7 @@ API = "queue.md#the-api"
 
 
 @dataclass(frozen=True)
-class DelayedItem:
+class DelayedItem(Previewed):
     """An item held back until a due time, as seen by :meth:`WorkQueue.delayed`.
 
     Attributes:
@@ -41,15 +40,6 @@ class DelayedItem:
     data: bytes | None
     size: int | None = SIZE_OF_DATA
 
-    def __post_init__(self) -> None:
-        if self.size == SIZE_OF_DATA:
-            object.__setattr__(self, "size", None if self.data is None else len(self.data))
-
-    @property
-    def truncated(self) -> bool:
-        """True when ``data`` is a preview: a part of the item's data only."""
-        return self.data is not None and self.size is not None and self.size > len(self.data)
-
 
 @builds("delayed")
 def delayed_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCall:
@@ -57,8 +47,7 @@ def delayed_call(keys: QueueKeys, first: int, last: int, preview: int) -> Script
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("delayed"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "delayed", first, last, preview)
 
 
 @operation(methods=("delayed",), scripts=("delayed",), docs=API)

@@ -6,7 +6,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import scripts
 from ..calls import ScriptCall, Steps
 from ..durations import BOUNDS, OUTCOMES, bucket_field, sum_field
 from ..keyprefix import QueueKeys
@@ -58,8 +57,7 @@ class QueueMetrics:
 @builds("metrics")
 def metrics_call(keys: QueueKeys, due_cap: int) -> ScriptCall:
     """``lua/metrics.lua``: what the exporter reads of a queue besides its stats."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, due_cap)
-    return ScriptCall(scripts.load("metrics"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "metrics", due_cap)
 
 
 def id_time_ms(item_id: str) -> int | None:

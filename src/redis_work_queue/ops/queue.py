@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from .. import scripts
-from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
+from ..calls import Command, Pipelined, ScriptCall, Steps
 from ..clients import Reply
 from ..errors import (
     InvalidArgumentTypeError,
@@ -61,6 +62,7 @@ from .lease import (
     LeasePlan,
     LeaseRequest,
     lease_items,
+    lease_request,
 )
 from .registry import Operation, builds, operation, register
 
@@ -128,6 +130,41 @@ API = "queue.md#the-api"
 Wait = tuple[int, int] | None
 
 
+class Adding(NamedTuple):
+    """The options of an add, as the public methods take them; checked when the add runs."""
+
+    #: Seconds from now, or an aware ``datetime``, when the item falls due; None: now.
+    delay: float | datetime | None = None
+    #: Seconds the item lives; None: until it is completed.
+    ttl: float | None = None
+    #: Replicas that must acknowledge the add; None: the queue's own setting.
+    replicas: int | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No option is given."""
+        return self.delay is None and self.ttl is None and self.replicas is None
+
+
+#: The registration of an operation that writes, documented with the API.
+_writing = partial(operation, writes=True, docs=API)
+#: The registration of the leasing operations, which differ only in their method.
+_leasing = partial(
+    operation,
+    scripts=("lease", "claim", "set_rate"),
+    commands=("BRPOPLPUSH",),
+    writes=True,
+    docs=API,
+)
+#: The registration of a writing operation sent as independent calls in pipelines.
+_pipelined_op = partial(operation, commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"), writes=True, docs=API)
+
+#: An add with no option: the common case.
+PLAIN = Adding()
+#: Makes the call that adds a chunk of checked items to a queue (see :meth:`QueueOps.add`).
+AddCall = Callable[["QueueOps", Sequence[Item]], ScriptCall]
+
+
 # The scripts' argument builders -------------------------------------------------------------
 
 
@@ -141,23 +178,18 @@ def add_call(
     *items: scripts.Arg,
     wait: Wait = None,
 ) -> ScriptCall:
-    """``lua/add.lua``: add ``items`` (an id, then its data, for each)."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        skip_check,
-        delay_ms,
-        due_ms,
-        ttl_ms,
-        *items,
-    )
+    """``lua/add.lua``: add ``items`` (an id, then its data, for each).
+
+    The call is made here, not by :meth:`ScriptCall.on`: adding is a hot path.
+    """
+    args = (*keys.script_args, skip_check, delay_ms, due_ms, ttl_ms, *items)
     return ScriptCall(scripts.load("add"), keys.script_keys, args, wait, keys.slot_keys)
 
 
 @builds("renew")
 def renew_call(keys: QueueKeys, item_id: str, token: str, lease_ms: int) -> ScriptCall:
     """``lua/renew.lua``: extend the lease on ``item_id`` while it holds ``token``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, item_id, token, lease_ms)
-    return ScriptCall(scripts.load("renew"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "renew", item_id, token, lease_ms)
 
 
 @builds("release")
@@ -171,24 +203,14 @@ def release_call(
     reason: str | None = None,
 ) -> ScriptCall:
     """``lua/release.lua``: give ``item_id`` back while it holds ``token``."""
-    args: tuple[scripts.Arg, ...] = (
-        *keys.script_args,
-        item_id,
-        token,
-        delay_ms,
-        max_deliveries,
-        undo,
-    )
-    if reason is not None:
-        args += (reason,)
-    return ScriptCall(scripts.load("release"), keys.script_keys, args, None, keys.slot_keys)
+    reasons = () if reason is None else (reason,)
+    return ScriptCall.on(keys, "release", item_id, token, delay_ms, max_deliveries, undo, *reasons)
 
 
 @builds("complete")
 def complete_call(keys: QueueKeys, *ids: str, wait: Wait = None) -> ScriptCall:
     """``lua/complete.lua``: complete the items ``ids``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, *ids)
-    return ScriptCall(scripts.load("complete"), keys.script_keys, args, wait, keys.slot_keys)
+    return ScriptCall.on(keys, "complete", *ids, wait=wait)
 
 
 @builds("complete_result")
@@ -196,15 +218,13 @@ def complete_result_call(
     keys: QueueKeys, keep_ms: int, item_id: str, result: bytes, *, wait: Wait = None
 ) -> ScriptCall:
     """``lua/complete_result.lua``: complete ``item_id`` and keep ``result`` for ``keep_ms``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, keep_ms, item_id, result)
-    return ScriptCall(scripts.load("complete_result"), keys.script_keys, args, wait, keys.slot_keys)
+    return ScriptCall.on(keys, "complete_result", keep_ms, item_id, result, wait=wait)
 
 
 @builds("stats")
 def stats_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/stats.lua``: the queue's counts, with processing-list entries first..last."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("stats"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "stats", first, last)
 
 
 @builds("peek")
@@ -213,15 +233,13 @@ def peek_call(keys: QueueKeys, first: int, last: int, preview: int) -> ScriptCal
 
     ``preview`` is how many bytes of each item's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("peek"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "peek", first, last, preview)
 
 
 @builds("pending")
 def pending_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/pending.lua``: the processing list's entries first..last, with their leases."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("pending"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "pending", first, last)
 
 
 @builds("dead_letters")
@@ -230,22 +248,19 @@ def dead_letters_call(keys: QueueKeys, first: int, last: int, preview: int) -> S
 
     ``preview`` is how many bytes of each dead letter's data come back (-1: all of it).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last, preview)
-    return ScriptCall(scripts.load("dead_letters"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "dead_letters", first, last, preview)
 
 
 @builds("requeue_dead")
 def requeue_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/requeue_dead.lua``: requeue the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
-    return ScriptCall(scripts.load("requeue_dead"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "requeue_dead", which, *chosen)
 
 
 @builds("purge_dead")
 def purge_dead_call(keys: QueueKeys, which: str, *chosen: scripts.Arg) -> ScriptCall:
     """``lua/purge_dead.lua``: delete the ``'oldest'`` count, or the ``'ids'``, chosen."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, which, *chosen)
-    return ScriptCall(scripts.load("purge_dead"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "purge_dead", which, *chosen)
 
 
 #: The builders of the dead-letter actions, by script name.
@@ -371,13 +386,11 @@ class QueueOps:
         flag = "1" if skip_check else "0"
         return add_call(self.keys, flag, delay_ms, due_ms, ttl_ms, *fields, wait=wait)
 
-    @operation(
+    @_writing(
         methods=("add_item_to_pipeline", "add_unique_item_to_pipeline"),
         scripts=("add",),
         commands=("LLEN", "SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
         via=("add_unique_item",),
-        docs=API,
     )
     def pipeline_add(self, item: Item) -> tuple[ScriptCall, Command]:
         """The calls that queue the add of one item whose id is new on a caller's pipeline.
@@ -394,14 +407,7 @@ class QueueOps:
 
     @operation(methods=("add_items",), scripts=("add",), commands=("WAIT",), writes=True, docs=API)
     def add(
-        self,
-        items: Iterable[Item],
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-        *,
-        one: bool = False,
+        self, items: Iterable[Item], skip_check: bool, options: Adding = PLAIN, *, one: bool = False
     ) -> Steps[list[bool]]:
         """Add items, in chunks; one flag per item, True when it was added.
 
@@ -410,12 +416,23 @@ class QueueOps:
         flags of the chunks written before.
         """
         checked = [check_item(item) for item in items]
-        wait = self._wait(replicas)
+        delay, ttl = options.delay, options.ttl
+        wait = self._wait(options.replicas)
         self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
+
+        def call(queue: QueueOps, chunk: Sequence[Item]) -> ScriptCall:
+            return queue.checked_add(chunk, skip_check, delay, ttl, wait)
+
+        return (yield from self.add_checked(checked, skip_check, call, wait, one))
+
+    def add_checked(
+        self, items: list[Item], skip_check: bool, call: AddCall, wait: Wait, one: bool
+    ) -> Steps[list[bool]]:
+        """Send the adds of checked ``items``; ``call`` makes a chunk's call (see :meth:`add`)."""
         added: list[bool] = []
-        for chunk in _add_chunks(checked):
+        for chunk in _add_chunks(items):
             try:
-                reply: Reply = yield self.checked_add(chunk, skip_check, delay, ttl, wait)
+                reply: Reply = yield call(self, chunk)
             except OutcomeUnknownError as err:
                 if not one:
                     err.result = added
@@ -425,69 +442,46 @@ class QueueOps:
             self._check_acked(wait, reply, added[0] if one else added)
         return added
 
-    @operation(
+    def quick_add_keys(self, item_id: str, skip_check: bool) -> QueueKeys | None:
+        """The keys of the queue a plain add of ``item_id`` goes to in one call, or None."""
+        return self.keys
+
+    @_writing(
         methods=("add_item", "add_unique_item"),
         scripts=("add",),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
-    def add_one(
-        self,
-        item: Item,
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-    ) -> Steps[bool]:
+    def add_one(self, item: Item, skip_check: bool, options: Adding = PLAIN) -> Steps[bool]:
         """Add one item; True when it was added."""
-        if delay is None and ttl is None and replicas is None and not self.replicas:
+        if options.plain and not self.replicas:
             # The common case, kept short: it is a hot path.
             item = check_item(item)
-            flag = "1" if skip_check else "0"
-            return bool((yield add_call(self.keys, flag, 0, 0, 0, item.id(), item.data()))[0])
-        added = yield from self.add([item], skip_check, delay, ttl, replicas, one=True)
+            item_id = item.id()
+            keys = self.quick_add_keys(item_id, skip_check)
+            if keys is not None:
+                flag = "1" if skip_check else "0"
+                return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
+        added = yield from self.add([item], skip_check, options, one=True)
         return added[0]
 
     # Leasing ----------------------------------------------------------------------------------
 
-    @operation(
-        methods=("lease_many",),
-        scripts=("lease", "claim", "set_rate"),
-        commands=("BRPOPLPUSH",),
-        writes=True,
-        docs=API,
-    )
+    @_leasing(methods=("lease_many",))
     def lease(
-        self,
-        lease_secs: float,
-        block: bool,
-        timeout: float,
-        at_most_once: bool = False,
-        count: int = 1,
+        self, lease_secs: float, block: bool, timeout: float, at_most_once: bool, count: int = 1
     ) -> Steps[list[Item]]:
         """Lease up to ``count`` items; see ``WorkQueue.lease``."""
-        request = LeaseRequest.of(
-            lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, count=count
-        )
-        if block:
-            request = request.blocking_at_most((yield Ask("max_block")))
+        request = yield from lease_request(lease_secs, block, timeout, at_most_once, count)
+        return (yield from self.lease_with(request))
+
+    def lease_with(self, request: LeaseRequest) -> Steps[list[Item]]:
+        """Lease for a checked ``request`` (see :func:`.lease.lease_request`)."""
         leased = yield from lease_items([self], request)
         return [item for _, item in leased]
 
-    @operation(
-        methods=("lease",),
-        scripts=("lease", "claim", "set_rate"),
-        commands=("BRPOPLPUSH",),
-        writes=True,
-        docs=API,
-    )
+    @_leasing(methods=("lease",))
     def lease_one(
-        self,
-        lease_secs: float,
-        block: bool,
-        timeout: float,
-        at_most_once: bool = False,
+        self, lease_secs: float, block: bool, timeout: float, at_most_once: bool = False
     ) -> Steps[Item | None]:
         """Lease one item, or None; see ``WorkQueue.lease``."""
         leased = yield from self.lease(lease_secs, block, timeout, at_most_once)
@@ -503,13 +497,7 @@ class QueueOps:
         item, token = held_token(item)
         return renew_call(self.keys, item.id(), token, to_ms(lease_secs, "lease_secs"))
 
-    @operation(
-        methods=("renew_many",),
-        scripts=("renew",),
-        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
-        docs=API,
-    )
+    @_pipelined_op(methods=("renew_many",), scripts=("renew",))
     def renew_many(self, items: Iterable[Item], lease_secs: float) -> Steps[list[bool]]:
         """Extend many held leases, one call each, sent together; one flag per item."""
         flags = yield from self._pipelined(
@@ -517,13 +505,7 @@ class QueueOps:
         )
         return flags
 
-    @operation(
-        methods=("give_back",),
-        scripts=("release",),
-        commands=("SCRIPT|EXISTS", "SCRIPT|LOAD"),
-        writes=True,
-        docs=API,
-    )
+    @_pipelined_op(methods=("give_back",), scripts=("release",))
     def give_back(self, items: Iterable[Item], reason: str | None) -> Steps[list[bool]]:
         """Release held items uncounted (as ``release(..., undo=True)``), sent together."""
         calls = [self.checked_release(i, 0, reason, undo=True) for i in items]
@@ -574,12 +556,10 @@ class QueueOps:
 
     # Completing -------------------------------------------------------------------------------
 
-    @operation(
+    @_writing(
         methods=("complete_many",),
         scripts=("complete",),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
     def complete(
         self, items: Iterable[Item], replicas: int | None = None, *, one: bool = False
@@ -605,12 +585,10 @@ class QueueOps:
             self._check_acked(wait, reply, bool(done) if one else done)
         return done
 
-    @operation(
+    @_writing(
         methods=("complete",),
         scripts=("complete", "complete_result"),
         commands=("WAIT",),
-        writes=True,
-        docs=API,
     )
     def complete_one(
         self, item: Item, replicas: int | None = None, result: bytes | str | None = None
@@ -643,13 +621,11 @@ class QueueOps:
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    @operation(
+    @_writing(
         methods=("light_clean",),
         scripts=("light_clean", "forget_gone"),
         commands=("LLEN",),
-        writes=True,
         cli="light-clean",
-        docs=API,
     )
     def light_clean(self) -> Steps[CleanReport]:
         """One pass over the processing list; see ``WorkQueue.light_clean``."""
@@ -669,7 +645,7 @@ class QueueOps:
             if int(cursor) == 0:
                 return batches
 
-    @operation(
+    @_writing(
         methods=("deep_clean",),
         scripts=(
             "deep_clean_scan",
@@ -681,9 +657,7 @@ class QueueOps:
             "forget_gone",
         ),
         commands=("LLEN",),
-        writes=True,
         cli="deep-clean",
-        docs=API,
     )
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
         """Recover every item not queued and not leased; see ``WorkQueue.deep_clean``."""
@@ -837,12 +811,10 @@ class QueueOps:
                 progress(done)
         return done
 
-    @operation(
+    @_writing(
         methods=("requeue_dead",),
         scripts=("requeue_dead",),
-        writes=True,
         cli="dead-letters",
-        docs=API,
     )
     def requeue_dead(
         self, ids: Iterable[str] | None, progress: Callable[[int], None] | None = None
@@ -853,12 +825,10 @@ class QueueOps:
         """
         return (yield from self._dead_action("requeue_dead", ids, progress))
 
-    @operation(
+    @_writing(
         methods=("purge_dead",),
         scripts=("purge_dead",),
-        writes=True,
         cli="dead-letters",
-        docs=API,
     )
     def purge_dead(self, ids: Iterable[str] | None) -> Steps[int]:
         """Delete dead letters (all when ``ids`` is None); returns how many."""

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
+from functools import partial
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -416,8 +417,7 @@ def schedule_set_call(
     keys: QueueKeys, name: str, spec: str, data: bytes, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_set.lua``: create or replace schedule ``name``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, spec, data, next_ms)
-    return ScriptCall(scripts.load("schedule_set"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_set", name, spec, data, next_ms)
 
 
 @builds("schedule_change")
@@ -425,15 +425,13 @@ def schedule_change_call(
     keys: QueueKeys, name: str, action: str, spec: str, next_ms: int | str
 ) -> ScriptCall:
     """``lua/schedule_change.lua``: pause, resume or remove schedule ``name``."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, name, action, spec, next_ms)
-    return ScriptCall(scripts.load("schedule_change"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_change", name, action, spec, next_ms)
 
 
 @builds("schedule_due")
 def schedule_due_call(keys: QueueKeys, owner: str, turn_ms: int, limit: int) -> ScriptCall:
     """``lua/schedule_due.lua``: the due schedules (taking the fleet's turn when ``owner``)."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, owner, turn_ms, limit)
-    return ScriptCall(scripts.load("schedule_due"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_due", owner, turn_ms, limit)
 
 
 @builds("schedule_fire")
@@ -443,8 +441,7 @@ def schedule_fire_call(keys: QueueKeys, *schedules: scripts.Arg) -> ScriptCall:
     ``schedules`` holds, for each schedule, its name, the definition read, the due time read,
     the next due time, the overlap flag, the number of ids, then the ids (see :func:`firing`).
     """
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, *schedules)
-    return ScriptCall(scripts.load("schedule_fire"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_fire", *schedules)
 
 
 def firing(
@@ -457,8 +454,7 @@ def firing(
 @builds("schedule_list")
 def schedule_list_call(keys: QueueKeys, first: int, last: int) -> ScriptCall:
     """``lua/schedule_list.lua``: the schedules of ranks first..last."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, first, last)
-    return ScriptCall(scripts.load("schedule_list"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "schedule_list", first, last)
 
 
 # The operations -------------------------------------------------------------------------------
@@ -493,25 +489,12 @@ def _score(next_ms: int | None) -> int | str:
     cli="schedule",
     docs=DOCS,
 )
-def schedule_steps(
-    keys: QueueKeys,
-    name: str,
-    *,
-    cron: str | None = None,
-    every: float | None = None,
-    tz: str = "UTC",
-    data: bytes | str = b"",
-    start: datetime | float | None = None,
-    end: datetime | float | None = None,
-    catch_up: CatchUp = "one",
-    overlap: Overlap = "add",
-) -> Steps[bool]:
+def schedule_steps(keys: QueueKeys, name: str, spec: Spec, data: bytes | str) -> Steps[bool]:
     """Create or replace schedule ``name``; True when it changed.
 
     False: it was there already, with this definition and data, and keeps its next due time.
     """
     name = check_name(name)
-    spec = Spec.of(cron, every, tz, start, end, catch_up, overlap)
     payload = _data(data)
     now = _now_ms((yield _time(keys)))
     first = spec.after(now)
@@ -519,25 +502,17 @@ def schedule_steps(
     return int(reply) != 0
 
 
-@operation(
-    methods=("pause_schedule",),
-    scripts=("schedule_change",),
-    writes=True,
-    cli="schedule",
-    docs=DOCS,
-)
+#: The registration of the operations that change one schedule with one script call.
+_changing = partial(operation, scripts=("schedule_change",), writes=True, docs=DOCS)
+
+
+@_changing(methods=("pause_schedule",), cli="schedule")
 def pause_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Pause schedule ``name``: True when it was running."""
     return int((yield schedule_change_call(keys, check_name(name), "pause", "", 0))) == 1
 
 
-@operation(
-    methods=("resume_schedule",),
-    scripts=("schedule_change",),
-    commands=("TIME", "HGET"),
-    writes=True,
-    docs=DOCS,
-)
+@_changing(methods=("resume_schedule",), commands=("TIME", "HGET"))
 def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Resume schedule ``name`` from its next due time after now; True when it was paused.
 
@@ -562,13 +537,7 @@ def resume_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     )
 
 
-@operation(
-    methods=("remove_schedule",),
-    scripts=("schedule_change",),
-    writes=True,
-    cli="schedule",
-    docs=DOCS,
-)
+@_changing(methods=("remove_schedule",), cli="schedule")
 def remove_steps(keys: QueueKeys, name: str) -> Steps[bool]:
     """Remove schedule ``name`` (the occurrences it added stay): True when it existed."""
     return int((yield schedule_change_call(keys, check_name(name), "remove", "", 0))) == 1

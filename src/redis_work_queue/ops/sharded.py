@@ -38,31 +38,18 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
+from .. import results
 from ..calls import Ask, Command, Pipelined, ScriptCall, Steps
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, WorkQueueError
 from ..item import Item
 from ..keyprefix import KeyPrefix, QueueKeys
-from ..results import (
-    CleanReport,
-    DeadLetter,
-    FlushReport,
-    PendingItem,
-    ProgressCallback,
-    QueueCounts,
-    QueuedItem,
-    QueueStats,
-    Released,
-    Renewed,
-    sum_fields,
-)
 from ..retryable import transient
 from ..validation import check_item, check_item_id, check_page, check_preview, to_ms
 from . import lease as lease_ops
 from .lease import LeaseRequest, lease_items
-from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, QueueOps, add_call, complete_call
+from .queue import ADD_CHUNK, ADD_CHUNK_BYTES, AddCall, QueueOps, Wait, complete_call
 from .registry import operation
 
 #: How many leases in a row a caller takes from one shard before it moves on to the next one.
@@ -132,11 +119,11 @@ class ShardStats:
 
     index: int
     prefix: str
-    stats: QueueStats
-    counts: QueueCounts
+    stats: results.QueueStats
+    counts: results.QueueCounts
 
 
-_sum = sum_fields
+_sum = results.sum_fields
 
 
 def _flags(reply: Any) -> list[int]:
@@ -255,44 +242,36 @@ class ShardedOps(QueueOps):
         """The calls that queue an unchecked add on a caller's pipeline (on the item's shard)."""
         return self.shard_for(check_item(item).id()).pipeline_add(item)
 
-    def add(
-        self,
-        items: Iterable[Item],
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-        *,
-        one: bool = False,
+    def add_checked(
+        self, items: list[Item], skip_check: bool, call: AddCall, wait: Wait, one: bool
     ) -> Steps[list[bool]]:
-        """Add items: one call per shard (per chunk), sent together; one flag per item."""
-        checked = [check_item(item) for item in items]
-        wait = self._wait(replicas)
-        self.checked_add([], skip_check, delay, ttl)  # validates the options before sending
-        flags: list[bool | None] = [None] * len(checked)
+        """Add checked ``items``: one call per shard (per chunk), sent together."""
+        flags: list[bool | None] = [None] * len(items)
         if not skip_check and self.shards_before:
-            for position, item in enumerate(checked):
+            for position, item in enumerate(items):
                 if (yield from self._exists_elsewhere(item.id())):
                     flags[position] = False
         groups: dict[int, list[int]] = {}
-        for position, item in enumerate(checked):
+        for position, item in enumerate(items):
             if flags[position] is None:
                 shard = self.shard_for(item.id())
                 groups.setdefault(self.shard_ops.index(shard), []).append(position)
         calls: list[tuple[ScriptCall, list[int]]] = []
         for index, positions in groups.items():
             shard = self.shard_ops[index]
-            for chunk in _chunks_of(positions, checked):
-                chunk_items = [checked[p] for p in chunk]
-                calls.append((shard.checked_add(chunk_items, skip_check, delay, ttl, wait), chunk))
+            for chunk in _chunks_of(positions, items):
+                calls.append((call(shard, [items[p] for p in chunk]), chunk))
         if wait is None:
-            replies = (yield Pipelined(tuple(call for call, _ in calls))) if calls else []
+            if len(calls) == 1:
+                replies = [(yield calls[0][0])]
+            else:
+                replies = (yield Pipelined(tuple(sent for sent, _ in calls))) if calls else []
             for (_, chunk), reply in zip(calls, replies, strict=True):
                 for position, flag in zip(chunk, _flags(reply), strict=True):
                     flags[position] = bool(flag)
         else:
-            for call, chunk in calls:
-                reply = yield call
+            for sent, chunk in calls:
+                reply = yield sent
                 for position, flag in zip(chunk, _flags(reply[0]), strict=True):
                     flags[position] = bool(flag)
                 done = [bool(f) for f in flags if f is not None]
@@ -307,56 +286,24 @@ class ShardedOps(QueueOps):
                 return True
         return False
 
-    def add_one(
-        self,
-        item: Item,
-        skip_check: bool,
-        delay: float | datetime | None = None,
-        ttl: float | None = None,
-        replicas: int | None = None,
-    ) -> Steps[bool]:
-        """Add one item, on its shard; True when it was added."""
-        item = check_item(item)
-        common = delay is None and ttl is None and replicas is None and not self.replicas
-        if common and (skip_check or not self.shards_before):
-            # The common case, kept as short as an unsharded queue's: it is a hot path.
-            item_id = item.id()
-            keys = self.shard_for(item_id).keys
-            flag = "1" if skip_check else "0"
-            return bool((yield add_call(keys, flag, 0, 0, 0, item_id, item.data()))[0])
-        if not skip_check and self.shards_before:
-            self.checked_add([], skip_check, delay, ttl)
-            if (yield from self._exists_elsewhere(item.id())):
-                return False
-        shard = self.shard_for(item.id())
-        return (yield from shard.add_one(item, skip_check, delay, ttl, replicas))
+    def quick_add_keys(self, item_id: str, skip_check: bool) -> QueueKeys | None:
+        """The item's shard, unless an add that checks must look at an earlier count's too."""
+        return self.shard_for(item_id).keys if skip_check or not self.shards_before else None
 
     # Leasing ----------------------------------------------------------------------------------
 
-    def lease(
-        self,
-        lease_secs: float,
-        block: bool,
-        timeout: float,
-        at_most_once: bool = False,
-        count: int = 1,
-    ) -> Steps[list[Item]]:
-        """Lease up to ``count`` items, from the caller's shard first; see the module."""
-        request = LeaseRequest.of(
-            lease_secs, block=block, timeout=timeout, at_most_once=at_most_once, count=count
-        )
-        if block:
-            request = request.blocking_at_most((yield Ask("max_block")))
+    def lease_with(self, request: LeaseRequest) -> Steps[list[Item]]:
+        """Lease for ``request`` from the caller's shard first; see the module."""
         leased = yield from lease_shards(self.lease_order(), request)
         self.note_leased(leased[0][0] if leased else None)
         return [item for _, item in leased]
 
-    def renew(self, item: Item, lease_secs: float) -> Steps[Renewed]:
+    def renew(self, item: Item, lease_secs: float) -> Steps[results.Renewed]:
         """Extend a held lease, on the item's shard; what the renewal did there."""
         to_ms(lease_secs, "lease_secs")
         return (
             yield from self._by_candidates(
-                item, lambda s: s.renew(item, lease_secs), lambda r: r != Renewed.NOT_HELD
+                item, lambda s: s.renew(item, lease_secs), lambda r: r != results.Renewed.NOT_HELD
             )
         )
 
@@ -377,7 +324,7 @@ class ShardedOps(QueueOps):
         self,
         items: Sequence[Item],
         flags: list[bool],
-        run: Callable[[QueueOps, Item], Steps[bool] | Steps[Renewed]],
+        run: Callable[[QueueOps, Item], Steps[bool] | Steps[results.Renewed]],
     ) -> Steps[list[bool]]:
         """For an item not found on its shard, try its shards under earlier counts."""
         if not self.shards_before:
@@ -406,14 +353,14 @@ class ShardedOps(QueueOps):
 
     def release_outcome(
         self, item: Item, delay: float, reason: str | None, undo: bool = False
-    ) -> Steps[Released]:
+    ) -> Steps[results.Released]:
         """Give a held item back, on its shard, and say where it went."""
         self.checked_release(item, delay, reason, undo)  # checks the arguments first
         return (
             yield from self._by_candidates(
                 item,
                 lambda s: s.release_outcome(item, delay, reason, undo),
-                lambda out: out != Released.NOT_HELD,
+                lambda out: out != results.Released.NOT_HELD,
             )
         )
 
@@ -462,12 +409,14 @@ class ShardedOps(QueueOps):
 
     # Cleaning ---------------------------------------------------------------------------------
 
-    def light_clean(self) -> Steps[CleanReport]:
+    def light_clean(self) -> Steps[results.CleanReport]:
         """One light clean of every shard, their steps sent together; the reports summed."""
         reports = yield from gather([shard.light_clean() for shard in self.shard_ops])
         return _sum(reports)
 
-    def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
+    def deep_clean(
+        self, progress: results.ProgressCallback | None = None
+    ) -> Steps[results.CleanReport]:
         """A deep clean of every shard, side by side (as :meth:`light_clean`); reports summed.
 
         ``progress`` hears of each shard's progress as that shard reports it.
@@ -477,14 +426,14 @@ class ShardedOps(QueueOps):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self) -> Steps[QueueStats]:
+    def stats(self) -> Steps[results.QueueStats]:
         """The counts of every shard, summed."""
         found = []
         for shard in self.shard_ops:
             found.append((yield from shard.stats()))
         return _sum(found)
 
-    def counts(self) -> Steps[QueueCounts]:
+    def counts(self) -> Steps[results.QueueCounts]:
         """The counters of every shard, summed."""
         found = []
         for shard in self.shard_ops:
@@ -502,13 +451,13 @@ class ShardedOps(QueueOps):
 
     def peek(
         self, start: int, count: int, preview_bytes: int | None = None
-    ) -> Steps[list[QueuedItem]]:
+    ) -> Steps[list[results.QueuedItem]]:
         """A page of the merged main queues: the shards' items taken in turn, by position."""
         check_page(start, count)
         check_preview(preview_bytes)
         newest = start < 0
         want = -start if newest else start + count
-        rows: list[tuple[int, int, QueuedItem]] = []
+        rows: list[tuple[int, int, results.QueuedItem]] = []
         for index, shard in enumerate(self.shard_ops):
             page = yield from shard.peek(-want if newest else 0, want, preview_bytes)
             for offset, row in enumerate(reversed(page) if newest else page):
@@ -521,33 +470,55 @@ class ShardedOps(QueueOps):
             base = max(total + start, 0)
         else:
             picked, base = ordered[start : start + count], start
-        return [QueuedItem(base + k, row.id, row.data, row.size) for k, row in enumerate(picked)]
+        return [
+            results.QueuedItem(base + k, row.id, row.data, row.size) for k, row in enumerate(picked)
+        ]
 
-    def pending(self, start: int, count: int) -> Steps[list[PendingItem]]:
+    def pending(self, start: int, count: int) -> Steps[list[results.PendingItem]]:
         """A page of the merged processing lists, oldest lease first."""
         check_page(start, count)
-        newest = start < 0
-        want = -start if newest else start + count
-        rows: list[PendingItem] = []
-        for shard in self.shard_ops:
-            rows += yield from shard.pending(-want if newest else 0, want)
-        rows.sort(key=lambda row: math.inf if row.leased_at is None else row.leased_at)
-        if newest:
-            return rows[-want:][:count]
-        return rows[start : start + count]
+        return (
+            yield from self._merged(
+                start,
+                count,
+                lambda shard, first, want: shard.pending(first, want),
+                lambda row: math.inf if row.leased_at is None else row.leased_at,
+            )
+        )
 
     def dead_letters(
         self, start: int, count: int, preview_bytes: int | None = None
-    ) -> Steps[list[DeadLetter]]:
+    ) -> Steps[list[results.DeadLetter]]:
         """A page of the merged dead letters, oldest first."""
         check_page(start, count)
         check_preview(preview_bytes)
+        return (
+            yield from self._merged(
+                start,
+                count,
+                lambda shard, first, want: shard.dead_letters(first, want, preview_bytes),
+                lambda row: row.died_at,
+            )
+        )
+
+    def _merged(
+        self,
+        start: int,
+        count: int,
+        page: Callable[[QueueOps, int, int], Steps[list[T]]],
+        order: Callable[[T], float],
+    ) -> Steps[list[T]]:
+        """A page of rows merged over the shards, in ``order``.
+
+        ``page(shard, first, want)`` reads ``want`` rows of a shard from ``first`` (a negative
+        ``first`` counts from the end); each shard gives the rows the merged page may need.
+        """
         newest = start < 0
         want = -start if newest else start + count
-        rows: list[DeadLetter] = []
+        rows: list[T] = []
         for shard in self.shard_ops:
-            rows += yield from shard.dead_letters(-want if newest else 0, want, preview_bytes)
-        rows.sort(key=lambda row: row.died_at)
+            rows += yield from page(shard, -want if newest else 0, want)
+        rows.sort(key=order)
         if newest:
             return rows[-want:][:count]
         return rows[start : start + count]
@@ -561,7 +532,7 @@ class ShardedOps(QueueOps):
                 return data
         return None
 
-    def flush(self, progress: Callable[[int], None] | None = None) -> Steps[FlushReport]:
+    def flush(self, progress: Callable[[int], None] | None = None) -> Steps[results.FlushReport]:
         """Delete every key of every shard."""
         reports = []
         removed = 0
@@ -635,13 +606,13 @@ def gather(operations: Sequence[Steps[T]]) -> Steps[list[T]]:
     Returns:
         Each operation's result, in order.
     """
-    results: list[Any] = [None] * len(operations)
+    values: list[Any] = [None] * len(operations)
     pending: dict[int, Any] = {}
     for index, steps in enumerate(operations):
         try:
             pending[index] = next(steps)
         except StopIteration as done:
-            results[index] = done.value
+            values[index] = done.value
     try:
         while pending:
             batch = [i for i, c in pending.items() if isinstance(c, ScriptCall) and c.wait is None]
@@ -668,12 +639,12 @@ def gather(operations: Sequence[Steps[T]]) -> Steps[list[T]]:
                         continue
                     pending[index] = operations[index].send(reply)
                 except StopIteration as done:
-                    results[index] = done.value
+                    values[index] = done.value
                     del pending[index]
     finally:
         for index in pending:
             operations[index].close()
-    return results
+    return values
 
 
 def _chunks_of(positions: list[int], items: Sequence[Item]) -> list[list[int]]:
@@ -850,17 +821,8 @@ def expand(queues: Sequence[QueueOps]) -> tuple[list[QueueOps], list[int]]:
     return flat, owners
 
 
-def lease_from(
-    queues: Sequence[QueueOps],
-    lease_secs: float,
-    block: bool,
-    timeout: float,
-    at_most_once: bool,
-) -> Steps[tuple[int, Item] | None]:
+def lease_from(queues: Sequence[QueueOps], request: LeaseRequest) -> Steps[tuple[int, Item] | None]:
     """``lease_from`` over queues of which some are sharded: their shards in priority order."""
-    request = LeaseRequest.of(lease_secs, block=block, timeout=timeout, at_most_once=at_most_once)
-    if block:
-        request = request.blocking_at_most((yield Ask("max_block")))
     flat, owners = expand(queues)
     leased = yield from lease_shards(flat, request)
     if not leased:
@@ -896,7 +858,7 @@ def complete_and_lease_from(
             return done, (owners[0], rows[0][1])
     else:
         done = yield from queue.complete_one(item)
-    leased = yield from lease_from(queues, lease_secs, False, 0, False)
+    leased = yield from lease_from(queues, request)
     return done, leased
 
 

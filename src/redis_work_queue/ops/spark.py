@@ -26,8 +26,7 @@ COMPLETE_CHUNK = 500
 @builds("snapshot")
 def snapshot_call(keys: QueueKeys, part: str, max_bytes: int, *entries: scripts.Arg) -> ScriptCall:
     """``lua/snapshot.lua``: one page of one part of the queue (``entries`` says which)."""
-    args: tuple[scripts.Arg, ...] = (*keys.script_args, part, max_bytes, *entries)
-    return ScriptCall(scripts.load("snapshot"), keys.script_keys, args, None, keys.slot_keys)
+    return ScriptCall.on(keys, "snapshot", part, max_bytes, *entries)
 
 
 @builds("complete_held")

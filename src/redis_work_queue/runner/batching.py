@@ -128,14 +128,10 @@ class Batch:
             found = yield from core.lease_one(block)
             return [] if found is None else [found]
         options = core.options
-        request = lease_ops.LeaseRequest.of(
-            options.lease_secs,
-            block=block,
-            timeout=options.poll_secs if block else 0,
-            count=count,
+        timeout = options.poll_secs if block else 0
+        request = yield from lease_ops.lease_request(
+            options.lease_secs, block, timeout, count=count
         )
-        if block:
-            request = request.blocking_at_most((yield Ask("max_block")))
         rows = yield from lease_ops.lease_items(ops, request)
         return [(core.queues[index], item) for index, item in rows]
 

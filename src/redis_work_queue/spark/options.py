@@ -452,14 +452,15 @@ class StreamOptions:
 
     @classmethod
     def parse(cls, options: Options, strict: bool = True) -> StreamOptions:
-        """Read the options of a streaming read.
+        """Read the options of a streaming read, renewals more often than the lease runs out.
 
         Args:
             options: The options.
             strict: Refuse options a streaming read does not take.
 
         Raises:
-            InvalidArgumentError: An option is unknown, missing or out of range.
+            InvalidArgumentError: An option is unknown, missing or out of range, or
+                ``renewSeconds`` is not below ``leaseSeconds``.
         """
         if strict:
             options.check_names(STREAM_OPTIONS, "streaming read")
