@@ -141,6 +141,30 @@ def test_result_wakes_as_the_item_dies(
     assert queue.result(db, "r", timeout=5) == b"fixed"
 
 
+def test_a_sharded_queue_s_waiter_wakes_as_the_item_dies(
+    db: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 60.0)
+    queue = WorkQueue(KeyPrefix("jrs"), shards=3, keep_results=60, max_deliveries=1)
+    queue.add_item(db, Item(b"s", id="s"))
+    got: list[Any] = []
+
+    def wait() -> None:
+        try:
+            got.append(queue.result(db, "s", 30))
+        except ItemDeadError as err:
+            got.append(err)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    begun = time.monotonic()
+    assert queue.release(db, lease(db, queue), reason="shard broke") is True
+    waiter.join(timeout=10)
+    assert time.monotonic() - begun < 2
+    assert [(e.item_id, e.reason) for e in got] == [("s", "shard broke")]
+
+
 def test_a_queue_without_results_keeps_no_failure_record(db: redis.Redis) -> None:
     plain = WorkQueue(KeyPrefix("nr"), max_deliveries=1)
     plain.add_item(db, Item(b"d", id="d"))
