@@ -162,8 +162,9 @@ def test_cancel_against_leases_completions_and_cleans(
 def test_result_waits_against_completions_and_deaths(
     bytes_backend: Backend, monkeypatch: pytest.MonkeyPatch, round_no: int
 ) -> None:
-    """Each waiter gets its item's result, or ItemDeadError for one that died, woken by the
-    completing or the dead-lettering script (a slice of the wait outlasts the run)."""
+    """Each waiter gets its item's result, or ItemDeadError for one that died (released, or
+    abandoned and buried by a light clean as its lease ran out), woken by the completing or the
+    dead-lettering script (a slice of the wait outlasts the run)."""
     monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 120.0)
     total = 120
     run = Run(bytes_backend)
@@ -183,22 +184,33 @@ def test_result_waits_against_completions_and_deaths(
     def worker(seed: int) -> None:
         conn, rng = bytes_backend.client(), random.Random(seed)
         while not run.stop.is_set():
-            item = queue.lease(conn, 30, block=True, timeout=0.05)
+            item = queue.lease(conn, LEASE_SECS, block=True, timeout=0.05)
             if item is None:
                 continue
-            if rng.random() < 0.3:
-                assert queue.release(conn, item, reason=f"no {item.id()}")
-                fates[item.id()] = "dead"
+            pick = rng.random()
+            if pick < 0.15:
+                fates[item.id()] = "expired"  # abandoned: the light clean buries it
+            elif pick < 0.4:
+                released = queue.release(conn, item, reason=f"no {item.id()}")
+                fates[item.id()] = "dead" if released else "expired"  # its lease ran out first
             else:
-                assert queue.complete(conn, item, result=f"r{item.id()}".encode())
-                fates[item.id()] = "done"
+                # (A completion does not need the lease: it lands unless a clean buried it.)
+                done = queue.complete(conn, item, result=f"r{item.id()}".encode())
+                fates[item.id()] = "done" if done else "expired"
+
+    def cleaner() -> None:
+        conn = bytes_backend.client()
+        while not run.stop.is_set():
+            queue.light_clean(conn)
+            time.sleep(0.05)
 
     waiters = [threading.Thread(target=waiter, args=(i,), daemon=True) for i in ids]
     for thread in waiters[: total // 2]:  # half wait before the item exists
         thread.start()
     queue.add_items(db, [Item(b"x", id=i) for i in ids], unique=True)
     seed = 10 * round_no
-    threads = run.start([*(lambda s=s: worker(seed + s) for s in range(3)), run.monitor])
+    workers = [lambda s=s: worker(seed + s) for s in range(3)]
+    threads = run.start([*workers, cleaner, run.monitor])
     for thread in waiters[total // 2 :]:
         thread.start()
     for thread in waiters:
@@ -208,8 +220,11 @@ def test_result_waits_against_completions_and_deaths(
         got = outcomes[item_id]
         if fates[item_id] == "done":
             assert got == f"r{item_id}".encode()
-        else:
+        elif fates[item_id] == "dead":
             assert isinstance(got, ItemDeadError) and got.reason == f"no {item_id}"
+        else:
+            assert isinstance(got, ItemDeadError) and got.reason == "lease expired"
+    assert "expired" in fates.values(), "control: some leases ran out"
 
 
 @pytest.mark.parametrize("round_no", ROUNDS)
