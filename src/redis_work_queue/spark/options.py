@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .. import routing
 from ..connect import mask
@@ -20,7 +20,12 @@ from ..errors import InvalidArgumentError
 from ..keyprefix import KeyPrefix, QueueKeys
 from ..workqueue import WorkQueue
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
 T = TypeVar("T", int, float)
+#: The parsed options a reader keeps.
+Parsed = TypeVar("Parsed")
 
 #: Every column the reader can produce, its Spark type, and whether it can be null.
 COLUMNS = {
@@ -493,3 +498,16 @@ def check_read(options: Options) -> None:
     options.check_names((*READ_OPTIONS, *STREAM_OPTIONS), "read")
     ReadOptions.parse(options, strict=False)
     StreamOptions.parse(options, strict=False)
+
+
+class Configured(Generic[Parsed]):
+    """A reader's parsed options and the schema of its read, as Spark hands them over.
+
+    Args:
+        options: The parsed options.
+        schema: The schema of the read.
+    """
+
+    def __init__(self, options: Parsed, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema

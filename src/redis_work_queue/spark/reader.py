@@ -38,7 +38,7 @@ from ..ops.spark import PARTS, Entry, snapshot_page
 from ..senders import raw_command
 from ..transport import run
 from .calls import connect
-from .options import COLUMNS, ReadOptions
+from .options import COLUMNS, Configured, ReadOptions
 
 #: The states of the items each part of a queue holds.
 STATES_OF = {
@@ -163,7 +163,7 @@ def _fits(value: Any, kind: pa.DataType) -> Any:
     return value
 
 
-class SnapshotReader(DataSourceReader):
+class SnapshotReader(Configured[ReadOptions], DataSourceReader):
     """Reads every item of a queue with its state.
 
     Args:
@@ -172,8 +172,7 @@ class SnapshotReader(DataSourceReader):
     """
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
+        super().__init__(options, schema)
         #: The states a pushed-down filter keeps (None: every state).
         self.states: frozenset[str] | None = None
         #: The ids a pushed-down filter keeps (None: every id).

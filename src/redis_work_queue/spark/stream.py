@@ -94,7 +94,7 @@ from ..ops.spark import complete_held, snapshot_page
 from ..senders import raw_command
 from ..transport import run
 from .calls import connect
-from .options import KEEP_SECS, StreamOptions, batch_key
+from .options import KEEP_SECS, Configured, StreamOptions, batch_key
 from .reader import Rows
 
 try:  # Spark 4.2 and later
@@ -704,7 +704,9 @@ def in_source_process() -> bool:
     )
 
 
-class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class QueueStreamReader(
+    Configured[StreamOptions], DataSourceStreamReader, SupportsTriggerAvailableNow
+):
     """The streaming reader (``spark.readStream.format(NAME)``); see the module's design notes.
 
     Args:
@@ -713,8 +715,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: StreamOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
+        super().__init__(options, schema)
         self._lessee: Lessee | None = None
 
     def __getstate__(self) -> dict[str, Any]:
