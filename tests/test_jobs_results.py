@@ -165,6 +165,20 @@ def test_a_sharded_queue_s_waiter_wakes_as_the_item_dies(
     assert [(e.item_id, e.reason) for e in got] == [("s", "shard broke")]
 
 
+def test_an_id_added_again_after_its_death_is_waited_for(db: redis.Redis, queue: WorkQueue) -> None:
+    """The failure record of an earlier death does not end a wait on the id added again (its
+    dead letter still there): the wait reads the state until its timeout."""
+    queue.add_item(db, Item(b"1", id="again"))
+    queue.release(db, lease(db, queue), reason="first try")
+    assert db.lindex(KEYS.result("again"), 0) in (b"dfirst try", "dfirst try")
+    assert queue.add_item(db, Item(b"2", id="again"))
+    assert queue.state(db, "again").state == "queued"
+    begun = time.monotonic()
+    with pytest.raises(ResultTimeoutError, match="queued"):
+        queue.result(db, "again", timeout=1.2)
+    assert time.monotonic() - begun >= 1.2
+
+
 def test_a_queue_without_results_keeps_no_failure_record(db: redis.Redis) -> None:
     plain = WorkQueue(KeyPrefix("nr"), max_deliveries=1)
     plain.add_item(db, Item(b"d", id="d"))
