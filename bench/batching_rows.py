@@ -14,6 +14,7 @@ import asyncio
 import gc
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -24,10 +25,21 @@ from workloads import DATA, WARMUP, BenchError
 
 CONCURRENCY = 8
 STREAM, GROUP = "bench:stream", "bench"
+#: Called as a round's clock starts and as it stops (``worker_cpu.py`` samples the CPU).
+Clock = Callable[[], None]
 WAYS = ("threads_batch", "threads_plain", "asyncio_batch", "asyncio_plain", "streams")
 
 
-def _threads(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
+def _tick(clock: Clock | None) -> None:
+    if clock is not None:
+        clock()
+
+
+def threads_round(
+    q: Any, db: redis.Redis, url: str, k: int, batch: bool, clock: Clock | None = None,
+    concurrency: int = CONCURRENCY,
+) -> float:  # fmt: skip
+    """Items/s of ``Worker``; ``clock()`` is called as the clock starts and stops."""
     rwq = q.rwq
     _fill(q, db, k)
     handled = 0
@@ -42,12 +54,13 @@ def _threads(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
                 all_handled.set()
 
     worker = rwq.Worker(
-        url, [q.queue], noop, concurrency=CONCURRENCY, poll_secs=0.1, batch=batch,
+        url, [q.queue], noop, concurrency=concurrency, poll_secs=0.1, batch=batch,
         clean_secs=None, heartbeat_secs=None,
     )  # fmt: skip
     out: list[Any] = []
     thread = threading.Thread(target=lambda: out.append(worker.run(signals=())))
     gc.collect()
+    _tick(clock)
     start = time.perf_counter()
     thread.start()
     if not all_handled.wait(300):
@@ -56,6 +69,7 @@ def _threads(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
     while q.processing():
         time.sleep(0.0002)
     seconds = time.perf_counter() - start
+    _tick(clock)
     worker.stop()
     thread.join(30)
     if not out or out[0].completed != k:
@@ -64,7 +78,11 @@ def _threads(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
     return k / seconds
 
 
-def _asyncio(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
+def asyncio_round(
+    q: Any, db: redis.Redis, url: str, k: int, batch: bool, clock: Clock | None = None,
+    concurrency: int = CONCURRENCY,
+) -> float:  # fmt: skip
+    """Items/s of ``AsyncWorker``; ``clock()`` as in :func:`threads_round`."""
     rwq = q.rwq
     _fill(q, db, k)
 
@@ -80,16 +98,18 @@ def _asyncio(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
 
         aq = rwq.AsyncWorkQueue(q.queue.name)
         worker = rwq.AsyncWorker(
-            url, [aq], noop, concurrency=CONCURRENCY, poll_secs=0.1, batch=batch,
+            url, [aq], noop, concurrency=concurrency, poll_secs=0.1, batch=batch,
             clean_secs=None, heartbeat_secs=None,
         )  # fmt: skip
         gc.collect()
+        _tick(clock)
         start = time.perf_counter()
         task = asyncio.create_task(worker.run(signals=()))
         await asyncio.wait_for(done.wait(), 300)
         while q.processing():
             await asyncio.sleep(0.0002)
         seconds = time.perf_counter() - start
+        _tick(clock)
         worker.stop()
         stats = await task
         if stats.completed != k:
@@ -101,26 +121,41 @@ def _asyncio(q: Any, db: redis.Redis, url: str, k: int, batch: bool) -> float:
     return rate_
 
 
-def _streams(db: redis.Redis, k: int) -> float:
+def stream_fill(db: redis.Redis, k: int) -> None:
+    """A new stream and consumer group holding ``k`` entries."""
     db.delete(STREAM)
     db.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     pipe = db.pipeline(transaction=False)
     for _ in range(k):
         pipe.xadd(STREAM, {"d": DATA})
     pipe.execute()
+
+
+def stream_drain(db: redis.Redis, k: int, count: int = CONCURRENCY) -> None:
+    """The Streams loop: read ``count`` entries, acknowledge and delete them, ``k`` in all."""
     read, ack, delete = db.xreadgroup, db.xack, db.xdel
-    gc.collect()
-    start = time.perf_counter()
     left = k
     while left:
-        reply = read(GROUP, "c", {STREAM: ">"}, count=CONCURRENCY)
+        reply = read(GROUP, "c", {STREAM: ">"}, count=count)
         if not reply:
             raise BenchError("the stream ran dry")
         ids = [entry_id for entry_id, _ in reply[0][1]]
         ack(STREAM, GROUP, *ids)
         delete(STREAM, *ids)
         left -= len(ids)
+
+
+def streams_round(
+    db: redis.Redis, k: int, clock: Clock | None = None, count: int = CONCURRENCY
+) -> float:
+    """Items/s of the Streams loop; ``clock()`` as in :func:`threads_round`."""
+    stream_fill(db, k)
+    gc.collect()
+    _tick(clock)
+    start = time.perf_counter()
+    stream_drain(db, k, count)
     seconds = time.perf_counter() - start
+    _tick(clock)
     db.delete(STREAM)
     return k / seconds
 
@@ -132,11 +167,11 @@ def batch_runner(db: redis.Redis, q: Any, p: Result) -> Result:
     host, port = _address(db)
     url = f"redis://{host}:{port}/0"
     runs = {
-        "threads_batch": lambda k: _threads(q, db, url, k, True),
-        "threads_plain": lambda k: _threads(q, db, url, k, False),
-        "asyncio_batch": lambda k: _asyncio(q, db, url, k, True),
-        "asyncio_plain": lambda k: _asyncio(q, db, url, k, False),
-        "streams": lambda k: _streams(db, k),
+        "threads_batch": lambda k: threads_round(q, db, url, k, True),
+        "threads_plain": lambda k: threads_round(q, db, url, k, False),
+        "asyncio_batch": lambda k: asyncio_round(q, db, url, k, True),
+        "asyncio_plain": lambda k: asyncio_round(q, db, url, k, False),
+        "streams": lambda k: streams_round(db, k),
     }
     for run in runs.values():
         run(WARMUP)

@@ -24,6 +24,7 @@ from redis_work_queue import (
     Item,
     KeyPrefix,
     ScriptError,
+    Worker,
     WorkQueue,
     functions,
     lean,
@@ -321,8 +322,8 @@ def test_rwq_functions_install_and_status(
 
 @pytest.mark.real_redis
 def test_install_loads_every_primary_of_a_cluster(cluster_db: Any) -> None:
-    """``rwq functions install`` on a cluster: every primary gets the library; a cluster
-    client's own calls stay scripts (and ``always`` is refused for it, naming why)."""
+    """``rwq functions install`` on a cluster: every primary gets the library, and a cluster
+    client calls it without loading it again."""
     for node in cluster_db.get_primaries():
         cluster_db.execute_command("FUNCTION", "FLUSH", target_nodes=node)
     before = functions.status(cluster_db)
@@ -330,8 +331,162 @@ def test_install_loads_every_primary_of_a_cluster(cluster_db: Any) -> None:
     after = functions.install(cluster_db)
     assert len(after) == 3 and all(n.loaded for n in after)
     assert functions.install(cluster_db) == after  # loaded already: left as it is
-    with pytest.raises(InvalidArgumentError, match="Redis Cluster"):
-        transport.use_functions(cluster_db, "always")
+    admins = _primaries(cluster_db)
+    for admin in admins:
+        admin.config_resetstat()
     q = WorkQueue(KeyPrefix("{fn}"))
     assert q.add_item(cluster_db, Item(b"x", id="a"))
-    assert transport.uses_functions(cluster_db) is False
+    assert transport.uses_functions(cluster_db) is True
+    assert sum(calls_of(a, "function|load") for a in admins) == 0
+    assert sum(calls_of(a, "fcall") for a in admins) == 1
+
+
+def _primaries(cluster_db: Any) -> list[redis.Redis]:
+    return [redis.Redis(host=n.host, port=n.port) for n in cluster_db.get_primaries()]
+
+
+def _owner(cluster_db: Any, key: str) -> redis.Redis:
+    node = cluster_db.get_node_from_key(key)
+    return redis.Redis(host=node.host, port=node.port)
+
+
+@pytest.mark.real_redis
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cluster_client_calls_functions_on_the_slots_primary(cluster_db: Any, api: str) -> None:
+    """FCALL goes straight to the primary of the keys' slot (no key look-up, no EVALSHA); the
+    library is loaded on every primary the first time; replies are those of the scripts;
+    ``always`` and ``never`` are taken as on one server."""
+    for node in cluster_db.get_primaries():
+        cluster_db.execute_command("FUNCTION", "FLUSH", target_nodes=node)
+    admins = _primaries(cluster_db)
+    for admin in admins:
+        admin.config_resetstat()
+    prefixes = ["{fa}", "{fb}", "{fc}", "{fd}"]
+
+    def run_sync() -> list[Any]:
+        out: list[Any] = []
+        for prefix in prefixes:
+            q = WorkQueue(KeyPrefix(prefix))
+            out += [q.add_item(cluster_db, Item(b"x", id="a"))]
+            out += [q.add_item(cluster_db, Item(b"x", id="a"))]
+            item = q.lease(cluster_db, 30, block=False)
+            assert item is not None
+            out += [
+                item.id(),
+                item.data(),
+                q.complete(cluster_db, item),
+                q.complete(cluster_db, item),
+            ]
+        assert transport.uses_functions(cluster_db) is True
+        return out
+
+    async def run_async() -> list[Any]:
+        db = _cluster_of(cluster_db)
+        out: list[Any] = []
+        try:
+            for prefix in prefixes:
+                q = AsyncWorkQueue(KeyPrefix(prefix))
+                out += [await q.add_item(db, Item(b"x", id="a"))]
+                out += [await q.add_item(db, Item(b"x", id="a"))]
+                item = await q.lease(db, 30, block=False)
+                assert item is not None
+                out += [item.id(), item.data(), await q.complete(db, item)]
+                out += [await q.complete(db, item)]
+            assert transport.uses_functions(db) is True
+        finally:
+            await db.aclose()
+        return out
+
+    got = run_sync() if api == "sync" else asyncio.run(run_async())
+    assert got == [True, False, "a", b"x", True, False] * len(prefixes)
+    assert all(functions.status(cluster_db)[i].loaded for i in range(3))
+    assert sum(calls_of(a, "function|load") for a in admins) == 3
+    assert sum(calls_of(a, "evalsha") + calls_of(a, "eval") for a in admins) == 0
+    assert sum(calls_of(a, "command|getkeys") for a in admins) == 0
+    for prefix in prefixes:  # each call ran on the primary of its slot
+        owner = _owner(cluster_db, f"{prefix}:x")
+        assert calls_of(owner, "fcall") >= 5
+    transport.use_functions(cluster_db, "never")
+    fcalls = sum(calls_of(a, "fcall") for a in admins)
+    q = WorkQueue(KeyPrefix("{fa}"))
+    assert q.add_item(cluster_db, Item(b"y"))
+    assert sum(calls_of(a, "fcall") for a in admins) == fcalls
+    assert sum(calls_of(a, "evalsha") for a in admins) == 1  # then EVAL: NOSCRIPT
+    transport.use_functions(cluster_db, "always")
+    assert q.add_item(cluster_db, Item(b"z"))
+    assert transport.uses_functions(cluster_db) is True
+
+
+def _cluster_of(cluster_db: Any) -> Any:
+    from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+    nodes = [ClusterNode(n.host, n.port) for n in cluster_db.get_primaries()]
+    return RedisCluster(startup_nodes=nodes, socket_timeout=5, socket_connect_timeout=1)
+
+
+@pytest.mark.real_redis
+def test_a_cluster_queue_keeps_working_when_one_primary_loses_its_functions(
+    cluster_db: Any,
+) -> None:
+    """FUNCTION FLUSH again and again on the primary of a queue's slot while a ``Worker``
+    (8 threads, batching) works that queue and another primary's: every item is completed
+    exactly once, no call fails, and the flushed primary is given the library again."""
+    total = 300
+    flushed_prefix, other_prefix = "{fa}", _on_another_primary(cluster_db, "{fa}")
+    flushed = _owner(cluster_db, f"{flushed_prefix}:x")
+    queues = [WorkQueue(KeyPrefix(flushed_prefix)), WorkQueue(KeyPrefix(other_prefix))]
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def handler(item: Item) -> None:
+        with lock:
+            seen.append(item.id())
+
+    worker = Worker(
+        cluster_db, queues, handler, concurrency=8, poll_secs=0.05, heartbeat_secs=None,
+        clean_secs=None,
+    )  # fmt: skip
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(worker.run(signals=())))
+    stop = threading.Event()
+    flushes = 0
+
+    def flusher() -> None:
+        nonlocal flushes
+        while not stop.is_set():
+            flushed.function_flush()
+            flushes += 1
+            time.sleep(0.003)
+
+    flushing = threading.Thread(target=flusher, daemon=True)
+    producer = cluster_db
+    thread.start()
+    flushing.start()
+    try:
+        for n in range(total):
+            q = queues[n % 2]
+            assert q.add_item(producer, Item(b"x", id=f"i{n}"))
+        deadline = time.monotonic() + 60
+        while len(seen) < total or any(q.processing(producer) for q in queues):
+            assert time.monotonic() < deadline, (len(seen), total)
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        flushing.join()
+        worker.stop()
+        thread.join(30)
+    assert sorted(seen, key=lambda i: int(i[1:])) == [f"i{n}" for n in range(total)]
+    assert out and (out[0].completed, out[0].failed, out[0].lost) == (total, 0, 0)
+    assert flushes > 3
+    assert calls_of(flushed, "function|load") > 0  # loaded again after the flushes
+    assert all(q.queue_len(producer) == 0 for q in queues)
+
+
+def _on_another_primary(cluster_db: Any, prefix: str) -> str:
+    """A hash-tagged prefix whose slot another primary owns than ``prefix``'s."""
+    taken = cluster_db.get_node_from_key(f"{prefix}:x").name
+    for n in range(1000):
+        candidate = f"{{o{n}}}"
+        if cluster_db.get_node_from_key(f"{candidate}:x").name != taken:
+            return candidate
+    raise AssertionError("no other primary")

@@ -42,7 +42,7 @@ def script_calls_by_primary(cluster: Cluster) -> dict[int, int]:
         stats = node.admin().info("commandstats")
         found[node.port] = sum(
             int(stats.get(f"cmdstat_{c}", {}).get("calls", 0))
-            for c in ("evalsha", "eval", "blpop", "brpoplpush")
+            for c in ("fcall", "evalsha", "eval", "blpop", "brpoplpush")
         )
     return found
 

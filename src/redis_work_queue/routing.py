@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Generator, Sequence
 from functools import lru_cache
 from typing import Any
@@ -25,14 +26,21 @@ from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.client import NEVER_DECODE
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
+from . import functions
 from .calls import Ask, Command, ScriptCall, adrive, drive
 from .errors import CrossSlotError
-from .scripts import translate_error
+from .scripts import Arg, translate_error
 from .senders import Sender
+
+logger = logging.getLogger("redis_work_queue.server")
+#: Replies are not decoded (item data stays binary).
+_RAW = {NEVER_DECODE: True}
 
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
 _CLUSTER_PIPELINES = (ClusterPipeline, AsyncClusterPipeline)
@@ -95,20 +103,45 @@ def _command_options(db: Any, call: Command) -> dict[str, Any]:
     return {"target_nodes": db.get_node_from_key(call.route)}
 
 
+#: Errors after which redis-py has read the slot map again; a call sent to a node of the
+#: caller's choice is not sent again by redis-py itself.
+_UNROUTED = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def _retries(db: Any) -> int:
+    """How many times the cluster client sends a command again after a lost connection."""
+    retry = getattr(db, "retry", None)
+    return int(retry.get_retries()) if retry is not None else 0
+
+
 class ClusterSender(Sender):
     """The sender of a Redis Cluster client (sync or asyncio): redis-py's public path, routed.
 
     It keeps plain clients of the nodes it sent writes that wait to (by address), each with
     its own sender (which knows the scripts loaded on that node), dropped after a failover or
-    a slot move. Its calls are scripts (EVALSHA): redis-py routes an FCALL only after asking
-    a node for its keys, a round trip more on every call.
+    a slot move.
+
+    Its calls go as functions (FCALL) where the servers take them, as on one server: each is
+    sent to the primary that owns its keys' slot (redis-py itself would ask a node for an
+    FCALL's keys on every call, a round trip more). A primary without the library (a new
+    node, a failover to a replica that never had it, FUNCTION FLUSH) answers that the function
+    does not exist; the library is then loaded on every primary (FUNCTION LOAD, where it is
+    missing) and the call sent again. A MOVED or ASK reply is followed by redis-py (with a
+    look at the keys, once). After a lost connection or a cluster that is down, redis-py has
+    read the slot map again and the call is sent as a script (EVALSHA), which redis-py routes
+    and sends again as many times as its ``retry`` allows, as it does for every script call;
+    with no retries configured, the error is raised.
     """
 
     __slots__ = ("nodes",)
 
     def __init__(self) -> None:
-        # Scripts: redis-py asks a node for an FCALL's keys on every call to route it.
-        super().__init__("never")
+        super().__init__()
         self.nodes: dict[tuple[str, int], tuple[Any, Sender]] = {}
 
     def check(self, db: Any, call: ScriptCall) -> None:
@@ -116,14 +149,87 @@ class ClusterSender(Sender):
         slot_of((*call.keys, *call.slot_keys))
 
     def script(self, db: Any, call: ScriptCall) -> Any:
-        """As :meth:`Sender.script`, its keys checked for one slot first."""
+        """As :meth:`Sender.script`, its keys checked for one slot first, routed by slot."""
         slot_of((*call.keys, *call.slot_keys))
-        return super().script(db, call)
+        params = call.script.params(call.keys, call.args)
+        if self.functions is False or not call.script.packaged or not call.keys:
+            return self.evalsha(db, call, params)
+        try:
+            return self._by_function(db, call, params)
+        except _UNROUTED:
+            if not _retries(db):
+                raise
+            return self.evalsha(db, call, params)
+
+    def _by_function(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
+        name = functions.library().function(call.script.name)
+        key = call.keys[0]
+        return self.by_function(db, call, params, lambda: self._fcall(db, key, name, params))
+
+    @staticmethod
+    def _fcall(db: Any, key: str, name: str, params: list[Arg]) -> Any:
+        node = db.get_node_from_key(key)
+        return db.execute_command("FCALL", name, *params, target_nodes=node, **_RAW)
+
+    def load(self, db: Any) -> bool:
+        """Load the library on every primary that lacks it; whether to call the function now."""
+        text = functions.library().text
+        return drive(
+            self._loads(db),
+            lambda node: db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW),
+        )
+
+    def _loads(self, db: Any) -> Generator[Any, Any, bool]:
+        """The loads of :meth:`load`, as steps: each primary, to send FUNCTION LOAD to."""
+        for node in db.get_primaries():
+            try:
+                yield node
+            except ResponseError as err:
+                if not self.load_error(err):
+                    return False
+            else:
+                logger.info(
+                    "loaded the function library %s on %s:%s",
+                    functions.library().name,
+                    node.host,
+                    node.port,
+                )
+        return True
 
     async def ascript(self, db: Any, call: ScriptCall) -> Any:
-        """As :meth:`Sender.ascript`, its keys checked for one slot first."""
+        """Asynchronous :meth:`script`."""
         slot_of((*call.keys, *call.slot_keys))
-        return await super().ascript(db, call)
+        params = call.script.params(call.keys, call.args)
+        if self.functions is False or not call.script.packaged or not call.keys:
+            return await self.aevalsha(db, call, params)
+        await db.initialize()  # a new client reads the slot map on first use
+        try:
+            return await self._aby_function(db, call, params)
+        except _UNROUTED:
+            if not _retries(db):
+                raise
+            return await self.aevalsha(db, call, params)
+
+    async def _aby_function(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
+        name = functions.library().function(call.script.name)
+        key = call.keys[0]
+        return await self.aby_function(
+            db, call, params, lambda: self._afcall(db, key, name, params)
+        )
+
+    @staticmethod
+    async def _afcall(db: Any, key: str, name: str, params: list[Arg]) -> Any:
+        node = db.get_node_from_key(key)
+        return await db.execute_command("FCALL", name, *params, target_nodes=node, **_RAW)
+
+    async def aload(self, db: Any) -> bool:
+        """Asynchronous :meth:`load`."""
+        text = functions.library().text
+        loaded: bool = await adrive(
+            self._loads(db),
+            lambda node: db.execute_command("FUNCTION", "LOAD", text, target_nodes=node, **_RAW),
+        )
+        return loaded
 
     def command(self, db: Any, call: Command) -> Any:
         """As :meth:`Sender.command`, sent to the node of its route (or every primary)."""

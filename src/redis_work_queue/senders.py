@@ -30,7 +30,7 @@ import contextlib
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any
 
 from redis import exceptions as rex
@@ -105,20 +105,32 @@ class Sender:
         params = call.script.params(call.keys, call.args)
         if self.functions is not False and call.script.packaged:
             name = functions.library().function(call.script.name)
-            try:
-                reply = self.send_raw(db, "FCALL", name, *params)
-            except ResponseError as err:
-                if self.function_error(err) != "load" or not self.load(db):
-                    return self.evalsha(db, call, params)  # the function did not run
-                try:
-                    reply = self.send_raw(db, "FCALL", name, *params)
-                except ResponseError as again:
-                    if functions.missing(again):  # flushed again at once: a script this time
-                        return self.evalsha(db, call, params)
-                    raise translate_error(again) from again
-            self.functions = True
-            return reply
+            return self.by_function(
+                db, call, params, lambda: self.send_raw(db, "FCALL", name, *params)
+            )
         return self.evalsha(db, call, params)
+
+    def by_function(
+        self, db: Any, call: ScriptCall, params: list[Arg], fcall: Callable[[], Any]
+    ) -> Any:
+        """Run a call as a function: ``fcall()`` sends its FCALL.
+
+        A server without the library gets it (:meth:`load`) and the call is sent again; where
+        the function did not run and cannot, the call goes as a script.
+        """
+        try:
+            reply = fcall()
+        except ResponseError as err:
+            if self.function_error(err) != "load" or not self.load(db):
+                return self.evalsha(db, call, params)  # the function did not run
+            try:
+                reply = fcall()
+            except ResponseError as again:
+                if functions.missing(again):  # flushed again at once: a script this time
+                    return self.evalsha(db, call, params)
+                raise translate_error(again) from again
+        self.functions = True
+        return reply
 
     def evalsha(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
         """Run a call as a script: EVALSHA, else EVAL."""
@@ -132,20 +144,32 @@ class Sender:
         params = call.script.params(call.keys, call.args)
         if self.functions is not False and call.script.packaged:
             name = functions.library().function(call.script.name)
-            try:
-                reply = await self.asend_raw(db, "FCALL", name, *params)
-            except ResponseError as err:
-                if self.function_error(err) != "load" or not await self.aload(db):
-                    return await self.aevalsha(db, call, params)
-                try:
-                    reply = await self.asend_raw(db, "FCALL", name, *params)
-                except ResponseError as again:
-                    if functions.missing(again):
-                        return await self.aevalsha(db, call, params)
-                    raise translate_error(again) from again
-            self.functions = True
-            return reply
+            return await self.aby_function(
+                db, call, params, lambda: self.asend_raw(db, "FCALL", name, *params)
+            )
         return await self.aevalsha(db, call, params)
+
+    async def aby_function(
+        self,
+        db: Any,
+        call: ScriptCall,
+        params: list[Arg],
+        fcall: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """Asynchronous :meth:`by_function`."""
+        try:
+            reply = await fcall()
+        except ResponseError as err:
+            if self.function_error(err) != "load" or not await self.aload(db):
+                return await self.aevalsha(db, call, params)
+            try:
+                reply = await fcall()
+            except ResponseError as again:
+                if functions.missing(again):
+                    return await self.aevalsha(db, call, params)
+                raise translate_error(again) from again
+        self.functions = True
+        return reply
 
     async def aevalsha(self, db: Any, call: ScriptCall, params: list[Arg]) -> Any:
         """Asynchronous :meth:`evalsha`."""

@@ -57,7 +57,7 @@ def _choose(db: Any, path: Path) -> senders.Sender:
     else:
         sender = senders.Sender()
     old = _SENDERS.get(id(db))
-    if old is not None and not routing.is_cluster(db):  # a path chosen again keeps the mode
+    if old is not None:  # a path chosen again keeps the mode
         sender.mode, sender.functions = old.mode, old.functions
     elif sender.mode == "auto" and _emulated(db):
         sender.functions = False  # an emulation (fakeredis) runs the scripts themselves
@@ -101,24 +101,18 @@ def use_functions(db: Any, mode: Mode) -> None:
     FCALL to the package's function library, loaded on the server when it does not have it,
     where the server takes functions (Redis 7 and later, with FUNCTION and FCALL allowed);
     else with EVALSHA. ``"always"``: functions only (a server that refuses them raises
-    :class:`~redis_work_queue.errors.ScriptError`). ``"never"``: scripts only. Calls on a Redis
-    Cluster client, and pipelines, are always scripts; so are calls on fakeredis under
-    ``"auto"``. Replies and the keys written are the same either way.
+    :class:`~redis_work_queue.errors.ScriptError`). ``"never"``: scripts only. On a Redis
+    Cluster client each FCALL goes to the primary that owns its keys' slot, and the library is
+    loaded on every primary that lacks it. Pipelines and writes that wait for replicas are
+    always scripts; so are calls on fakeredis under ``"auto"``. Replies and the keys written
+    are the same either way.
 
     Raises:
-        InvalidArgumentError: ``mode`` is none of those, or ``"always"`` was asked for a
-            Redis Cluster client.
+        InvalidArgumentError: ``mode`` is none of those.
     """
     if mode not in senders.FUNCTION_MODES:
         raise InvalidArgumentError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
     sender = sender_of(db)
-    if routing.is_cluster(db):
-        if mode == "always":
-            raise InvalidArgumentError(
-                "a Redis Cluster client calls scripts (EVALSHA): use 'auto' or 'never', and "
-                "'rwq functions install' to load the functions on every primary ahead"
-            )
-        return
     sender.mode = mode
     sender.functions = False if mode == "never" or (mode == "auto" and _emulated(db)) else None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,7 +35,8 @@ class Flag:
         self._event = threading.Event()
         # Reentrant: a signal handler may set the flag while its thread is setting it.
         self._lock = threading.RLock()
-        self._loops: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+        #: The futures of the tasks waiting, by event loop.
+        self._loops: dict[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = {}
 
     def is_set(self) -> bool:
         """Whether the flag is set."""
@@ -45,17 +46,17 @@ class Flag:
         """Set the flag and wake every waiter, in any thread or event loop."""
         self._event.set()
         with self._lock:
-            waiting = list(self._loops.items())
+            waiting = [(loop, list(futures)) for loop, futures in self._loops.items() if futures]
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        for loop, event in waiting:
+        for loop, futures in waiting:
             if loop is running:
-                event.set()
+                _wake(futures)
             else:
                 with contextlib.suppress(RuntimeError):  # that loop has closed
-                    loop.call_soon_threadsafe(event.set)
+                    loop.call_soon_threadsafe(_wake, futures)
 
     def wait(self, seconds: float) -> bool:
         """Block this thread until the flag is set or ``seconds`` pass; whether it is set."""
@@ -63,17 +64,34 @@ class Flag:
 
     async def wait_async(self, seconds: float | None) -> bool:
         """Wait in this task until the flag is set or ``seconds`` pass (None: no limit)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            event = self._loops.get(loop)
-            if event is None:
-                event = self._loops[loop] = asyncio.Event()
-        # Set before this loop's event was known: set() did not see it, but it is set now.
         if self._event.is_set():
             return True
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
+        loop = asyncio.get_running_loop()
+        # A future and a timer rather than ``wait_for``, which makes a task of every wait.
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            futures = self._loops.get(loop)
+            if futures is None:
+                futures = self._loops[loop] = set()
+            futures.add(future)
+        timer = None if seconds is None else loop.call_later(seconds, _wake, (future,))
+        try:
+            # Set before this future was known: set() did not see it, but it is set now.
+            if not self._event.is_set():
+                await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+            with self._lock:
+                futures.discard(future)
         return self._event.is_set()
+
+
+def _wake(futures: Iterable[asyncio.Future[None]]) -> None:
+    """Let the tasks waiting on ``futures`` go on (those still waiting)."""
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +117,10 @@ class Returned:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Wait ``seconds``, or less when ``until`` is set."""
+    """Wait ``seconds``, or less when ``until`` is set; with 0, let the other slots run first.
+
+    The reply is whether ``until`` is set.
+    """
 
     seconds: float
     until: Flag

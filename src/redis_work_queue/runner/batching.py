@@ -3,12 +3,14 @@
 With ``batch=True`` (the default) and more than one slot in one process (threads of a
 ``Worker``, tasks of an ``AsyncWorker``), a slot that needs an item takes one leased for the
 slot set if there is one; else, when no other slot is leasing, it leases as many items as
-there are slots waiting for one, itself included, in one call (the queues' lease script with a
-count), keeps the first and hands the others to the waiting slots; else it waits for the slot
-that is leasing. A slot whose handler returned hands its item to the completion of the slot
-set and goes on at once: the first slot with a completion to write becomes the writer and
-writes every completion handed over until none is left, one call per queue (``complete``
-with every id), so completions that arrive while a call is in flight go in the next one. No
+there are slots waiting for one, itself included, and the slot writing completions (its
+handler has returned), in one call (the queues' lease script with a count), keeps the first
+and hands the others to the waiting slots; else it waits for the slot that is leasing. A slot
+whose handler returned hands its item to the completion of the slot set and goes on at once:
+the first slot with a completion to write becomes the writer, lets the other slots run first
+(one switch, no timer: the slots that got items with it hand theirs over meanwhile), and
+writes every completion handed over until none is left, one call per queue (``complete`` with
+every id), so completions that arrive while a call is in flight go in the next one. No
 completion waits for a timer: it goes out with the writer's next call, within one call's time.
 
 The guarantees do not change. Each item is completed once by one call, and counted once (a
@@ -84,7 +86,9 @@ class Batch:
                     arrived: Flag | None = self._arrived
                 else:
                     self._leasing = True
-                    count = self._waiting + 1
+                    # The slots waiting, this one, and the one writing completions (its
+                    # handler has returned: it takes an item once its call is written).
+                    count = self._waiting + 1 + (1 if self._writing else 0)
                     arrived = None
             if arrived is not None:
                 try:
@@ -157,6 +161,9 @@ class Batch:
                 return True
             self._writing = True
         try:
+            # Let the slots that got items with this one finish theirs first: they go out in
+            # the same call.
+            yield Pause(0, self.core.stop_flag)
             while True:
                 with self._lock:
                     jobs, self._pending = self._pending, []
@@ -182,6 +189,7 @@ class Batch:
         for entry in jobs:
             by_queue.setdefault(entry[0].queue.name.prefix, []).append(entry)
         core = self.core
+        debug = logger.isEnabledFor(logging.DEBUG)  # each completion is logged
         for group in by_queue.values():
             queue = group[0][0].queue
             items = [job.item for job, _, _ in group]
@@ -199,9 +207,15 @@ class Batch:
                 continue
             done = {item.id() for item in tried.value}
             outages = core.outage.started
+            plain = 0  # completed by this call's first try, as expected: counted together
             for job, lost, before in group:
                 retried = tried.retried or outages != before
-                core.counted(job, job.item.id() in done, lost, retried)
+                if not lost and not retried and job.item.id() in done and not debug:
+                    plain += 1
+                else:
+                    core.counted(job, job.item.id() in done, lost, retried)
+            if plain:
+                core.count(completed=plain)
 
 
 def _slot_keys(ops: Sequence[QueueOps]) -> tuple[str, ...]:

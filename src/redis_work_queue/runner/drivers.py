@@ -16,8 +16,10 @@ handler or aborting, or whoever owns the event loop): then it ends the task.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
 from typing import Any
 
 from .. import transport
@@ -47,6 +49,8 @@ def call_handler(handler: Handler, item: Item) -> BaseException | Returned | Non
         result = handler(item)
     except BaseException as err:  # whatever it raised is the item's failure: the slot goes on
         return err
+    if result is None:  # the common case, before the slower check of the abstract class
+        return None
     if isinstance(result, Awaitable):
         if isinstance(result, Coroutine):
             result.close()  # never to run: no warning that it was never awaited
@@ -69,6 +73,9 @@ def run_loop(core: Core, loop: Loop[Any], db: Any, handler: Handler, replace: Re
             finally:
                 CURRENT.reset(current)
         if isinstance(step, Pause):
+            if not step.seconds:
+                time.sleep(0)  # let the other threads run
+                return step.until.is_set()
             return step.until.wait(step.seconds)
         if isinstance(step, Replace):
             return replace(step.job)
@@ -109,7 +116,7 @@ async def acall_handler(
     """
     try:
         result = handler(item)
-        if not isinstance(result, Awaitable):
+        if type(result) is not CoroutineType and not isinstance(result, Awaitable):
             return TypeError(
                 f"the handler returned {type(result).__name__}, not an awaitable: AsyncWorker "
                 "awaits what its handler returns; run a plain function with Worker"
@@ -137,6 +144,9 @@ async def arun_loop(
             finally:
                 CURRENT.reset(current)
         if isinstance(step, Pause):
+            if not step.seconds:
+                await asyncio.sleep(0)  # let the other tasks run
+                return step.until.is_set()
             return await step.until.wait_async(step.seconds)
         if isinstance(step, Replace):
             return replace(step.job)
