@@ -14,16 +14,23 @@
 
 from __future__ import annotations
 
-import statistics
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
 
 from ours_workloads import _rate_result, _record
-from workloads import DATA, LONG_LEASE, PREFIX, WARMUP, BenchError, Result, _timed_rounds
+from workloads import (
+    DATA,
+    LONG_LEASE,
+    PREFIX,
+    WARMUP,
+    BenchError,
+    Result,
+    _timed_rounds,
+    latencies,
+    wake_latency,
+)
 
 #: ``state()`` calls per state and queue size.
 STATE_CALLS = 1000
@@ -162,37 +169,16 @@ def jobs_result_latency(db: redis.Redis, q: Any, p: Result) -> Result:
     samples: list[float] = []
     for k in range(n + 10):
         item = queue.lease(db, LONG_LEASE, block=False)
-        woke: list[float] = []
-
-        def wait(item_id: str = item.id(), into: list[float] = woke) -> None:
-            queue.result(waiter_db, item_id, timeout=30)
-            into.append(time.perf_counter())
-
-        thread = threading.Thread(target=wait)
-        thread.start()
-        # The waiter is blocked once its connection runs BRPOPLPUSH.
-        deadline = time.monotonic() + 10
-        while int(db.info("clients")["blocked_clients"]) < 1:
-            if time.monotonic() > deadline:
-                raise BenchError("the result() waiter never blocked")
-            time.sleep(0.001)
-        begun = time.perf_counter()
-        queue.complete(db, item, result=b"done")
-        thread.join(timeout=30)
-        if not woke:
-            raise BenchError("the result() waiter did not return")
+        took = wake_latency(
+            db,
+            lambda item=item: queue.result(waiter_db, item.id(), timeout=30),
+            lambda item=item: queue.complete(db, item, result=b"done"),
+            "the result() waiter",  # blocked once its connection runs BRPOPLPUSH
+        )
         if k >= 10:  # warm-up
-            samples.append(woke[0] - begun)
+            samples.append(took)
     waiter_db.close()
-    samples.sort()
-    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
-    return {
-        "value": statistics.median(samples),
-        "unit": "s",
-        "median": statistics.median(samples),
-        "p99": p99,
-        "samples": len(samples),
-    }
+    return latencies(samples)
 
 
 JOBS_WORKLOADS: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {

@@ -13,6 +13,8 @@ import argparse
 import contextlib
 import gc
 import json
+import statistics
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -93,6 +95,48 @@ class QueueAdapter(Protocol):
 
 class BenchError(Exception):
     """A workload's set-up or its final checks went wrong."""
+
+
+def until_blocked(db: redis.Redis, what: str) -> None:
+    """Wait (at most 10 s) until the server counts a blocked client: ``what`` blocked."""
+    deadline = time.monotonic() + 10
+    while int(db.info("clients")["blocked_clients"]) < 1:
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} never blocked")
+        time.sleep(0.001)
+
+
+def wake_latency(
+    db: redis.Redis, block: Callable[[], object], act: Callable[[], object], what: str
+) -> float:
+    """Seconds from ``act()`` to the return of ``block()``, run in a thread and blocked first.
+
+    Raises:
+        BenchError: ``block()`` never blocked, did not return within 30 s or returned None.
+    """
+    woke: list[float] = []
+
+    def wait() -> None:
+        if block() is not None:
+            woke.append(time.perf_counter())
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    until_blocked(db, what)
+    begun = time.perf_counter()
+    act()
+    thread.join(timeout=30)
+    if not woke:
+        raise BenchError(f"{what} did not return")
+    return woke[0] - begun
+
+
+def latencies(samples: list[float]) -> Result:
+    """The median (the figure) and the 99th percentile of ``samples`` (seconds)."""
+    ordered = sorted(samples)
+    middle = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {"value": middle, "unit": "s", "median": middle, "p99": p99, "samples": len(ordered)}
 
 
 def _expect(what: str, got: object, want: object) -> None:

@@ -632,7 +632,7 @@ def sharding(lane: Lane, check: Check) -> None:
         "shard_stats",
         lane.do(q.shard_stats),
         lambda r: (
-            [row.prefix for row in r] == ["{shq:0}", "{shq:1}", "{shq:2}"]
+            [row.prefix for row in r] == ["{shq:0.2}", "{shq:1.4}", "{shq:2}"]
             and sum(row.stats.queued for row in r) == 6
         ),
         keys=lambda s: all(k.startswith(b"{shq:") for k in s),

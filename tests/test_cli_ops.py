@@ -29,7 +29,7 @@ import redis
 
 from helpers import wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue, cli
-from redis_work_queue.connect import connect, mask, target
+from redis_work_queue.connect import cluster_node, connect, mask, target, with_credentials
 from redis_work_queue.errors import InvalidArgumentError
 from runner_handlers import job
 from servers import MASTER_NAME, Cluster, SentinelSetup, TlsServer, start_server
@@ -420,6 +420,13 @@ def test_targets_from_options_and_urls() -> None:
     assert from_env.password == "envpw"
     cluster = target("redis+cluster://node:7000", environ={})
     assert (cluster.kind, cluster.url) == ("cluster", "redis://node:7000")
+    # Worker processes get the cluster's URL, password written in, and make their own client.
+    secret = target("redis+cluster://node:7000", environ={"REDIS_PASSWORD": "p w"})
+    assert with_credentials(secret) == "redis+cluster://:p%20w@node:7000"
+    assert cluster_node(with_credentials(secret)) == "redis://:p%20w@node:7000"
+    assert cluster_node("rediss+cluster://n:1/0") == "rediss://n:1/0"
+    assert cluster_node("redis://n:1") is None
+    assert with_credentials(from_env) == "redis://:envpw@host:6379/0"
     sentinel = target("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/3", environ={})
     assert sentinel.sentinels == (("s1", 26379), ("s2", 26380))
     assert (sentinel.master, sentinel.db, sentinel.password) == ("mymaster", 3, "pw")
@@ -463,6 +470,23 @@ def test_cluster_connection(cluster: Cluster) -> None:
         assert json.loads(result.stdout)[name]["queued"] == 5
         result = rwq(*args, "metrics", name)
         assert f'rwq_queued{{queue="{name}"}} 5' in result.stdout
+    # A worker whose handlers run in processes, each with its own cluster client.
+    notes = f"{name}:notes"
+    queue.flush(db)
+    # (the handlers note on the primary of the queue's slot, whose tag the notes share)
+    queue.add_items(db, [Item(job(owner.url, notes), id=f"w{n}") for n in range(4)])
+    proc = serving(
+        *("--cluster", "--url", node.url, "worker", "runner_handlers:record", name),
+        *("--processes", "--concurrency", "2", "--json"),
+    )
+    try:
+        wait_for(lambda: queue.counts(db).completed == 4, timeout=90, what="the cluster worker")
+    finally:
+        _, err = stopped(proc)
+    assert proc.returncode == 0, err
+    assert sorted(v.decode() for v in db.lrange(f"{notes}:done", 0, -1)) == [
+        f"w{n}" for n in range(4)
+    ]
     result = rwq("--cluster", "--url", node.url, "deep-clean", name, "--json")
     assert result.returncode == 0, result.stderr
     result = rwq("--cluster", "--url", node.url, "flush", name, "--yes", "--json")

@@ -8,7 +8,9 @@ The queue suites of ``test_add``, ``test_lease``, ``test_complete``, ``test_dela
 
 from __future__ import annotations
 
+import bisect
 import contextvars
+import itertools
 import json
 import statistics
 import threading
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 
+from helpers import script_calls
 from plugins.backends import Backend
 from redis_work_queue import (
     InvalidArgumentError,
@@ -32,7 +35,15 @@ from redis_work_queue import (
     transport,
 )
 from redis_work_queue.calls import Pipelined
-from redis_work_queue.ops.sharded import STICK, shard_index, shard_prefix
+from redis_work_queue.ops.sharded import (
+    SLOTS,
+    STICK,
+    key_slot,
+    shard_index,
+    shard_prefix,
+    shard_tags,
+    slot_range_start,
+)
 from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("jobs")
@@ -43,23 +54,60 @@ def keys_of(db: redis.Redis) -> set[str]:
     return {k.decode() if isinstance(k, bytes) else k for k in db.keys("*")}
 
 
-def items(n: int, prefix: str = "i") -> list[Item]:
-    return [Item(f"d{i}".encode(), id=f"{prefix}{i}") for i in range(n)]
+def items(n: int, start: str = "i") -> list[Item]:
+    return [Item(f"d{i}".encode(), id=f"{start}{i}") for i in range(n)]
+
+
+def prefix(index: int, shards: int) -> str:
+    """The key prefix of shard ``index`` of ``jobs`` on ``shards`` shards."""
+    return shard_prefix("jobs", index, shards)
 
 
 def test_shard_naming_and_stable_hash(db: redis.Redis, queue: WorkQueue) -> None:
-    """Shard i of ``jobs`` is ``{jobs:i}``; an id lives on crc32(id) mod N, whoever adds it."""
-    assert shard_prefix("jobs", 3) == "{jobs:3}"
+    """Shard i of ``jobs`` is ``{jobs:i}`` or ``{jobs:i.k}`` (the tag's slot in the i-th of N
+    ranges); an id lives on crc32(id) mod N, whoever adds it."""
+    assert shard_prefix("jobs", 3, 4) == "{jobs:3}"
+    assert shard_prefix("jobs", 3, 12) == "{jobs:3.41}"
+    assert shard_prefix("jobs", 0, 1) == "jobs"
     queue.add_items(db, items(40))
     for item in items(40):
-        shard = shard_index(item.id(), 4)
-        assert db.exists(f"{{jobs:{shard}}}:item:{item.id()}")
-    assert {k.split(":", 1)[0] for k in keys_of(db)} <= {f"{{jobs:{i}}}" for i in range(4)} | {
-        "{jobs"
-    }
+        assert db.exists(f"{prefix(shard_index(item.id(), 4), 4)}:item:{item.id()}")
+    assert {k.split("}", 1)[0] + "}" for k in keys_of(db)} <= {prefix(i, 4) for i in range(4)}
     assert all(k.startswith("{jobs:") for k in keys_of(db))
     other = WorkQueue(QUEUE, shards=4)
     assert other.add_item(db, Item(b"again", id="i7")) is False  # dedup holds across clients
+
+
+def primaries_of(tags: tuple[str, ...], primaries: int) -> Counter[int]:
+    """How many of ``tags`` fall on each of ``primaries`` owning equal ranges of the slots, as
+    ``redis-cli --cluster create`` splits them."""
+    starts = [slot_range_start(p, primaries) for p in range(primaries)]
+    return Counter(bisect.bisect_right(starts, key_slot(tag)) - 1 for tag in tags)
+
+
+@pytest.mark.parametrize("name", ["jobs", "emails", "q", "rsh", "a:b"])
+def test_shard_tags_spread_evenly_over_the_slots(name: str) -> None:
+    """Shard i's tag lies in the i-th of N equal ranges of the slots, so primaries that own
+    equal ranges hold N/P shards each (one more or less where P does not divide N). The plain
+    names ``name:i`` would not: ``jobs:0`` to ``jobs:11`` fall 0, 4, 4, 0, 2, 2 on six."""
+    assert key_slot("123456789") == 0x31C3 % SLOTS  # CRC-16/XMODEM's check value
+    plain = tuple(f"jobs:{i}" for i in range(12))
+    assert sorted(primaries_of(plain, 6).values()) == [2, 2, 4, 4]
+    for shards in (2, 3, 5, 8, 12, 16, 24, 100, 400, 1024):
+        tags = shard_tags(name, shards)
+        assert len(set(tags)) == shards
+        for index, tag in enumerate(tags):
+            assert tag == f"{name}:{index}" or tag.startswith(f"{name}:{index}.")
+            low, high = slot_range_start(index, shards), slot_range_start(index + 1, shards)
+            assert low <= key_slot(tag) < high
+        for primaries in (1, 2, 3, 4, 6, 10, 100):
+            if primaries > shards:
+                continue
+            per = primaries_of(tags, primaries)
+            if shards % primaries == 0:
+                assert set(per.values()) == {shards // primaries}, (shards, primaries, per)
+            else:
+                assert max(per.values()) <= shards // primaries + 2, (shards, primaries, per)
 
 
 def test_one_shard_writes_todays_keys(db: redis.Redis) -> None:
@@ -77,7 +125,7 @@ def test_every_shard_is_a_reference_layout_queue(db: redis.Redis, queue: WorkQue
     """A queue of one shard's prefix works that shard: it is an ordinary queue."""
     queue.add_items(db, items(20))
     shard = shard_index("i5", 4)
-    alone = WorkQueue(KeyPrefix(f"{{jobs:{shard}}}"))
+    alone = WorkQueue(KeyPrefix(prefix(shard, 4)))
     on_shard = {i.id() for i in items(20) if shard_index(i.id(), 4) == shard}
     leased = alone.lease_many(db, 30, 50, block=False)
     assert {i.id() for i in leased} == on_shard
@@ -102,7 +150,7 @@ def test_add_items_sends_one_call_per_shard_together(bytes_db: redis.Redis) -> N
     steps = queue.ops.add(items(100), skip_check=False)
     sent = next(steps)
     assert isinstance(sent, Pipelined) and len(sent.calls) == 8
-    assert {c.keys[0] for c in sent.calls} == {f"{{jobs:{i}}}:queue" for i in range(8)}
+    assert {c.keys[0] for c in sent.calls} == {f"{prefix(i, 8)}:queue" for i in range(8)}
     steps.close()
     assert queue.add_items(bytes_db, items(100)) == [True] * 100
     assert queue.add_items(bytes_db, [*items(5), Item(b"n", id="new")]) == [False] * 5 + [True]
@@ -132,7 +180,7 @@ def test_whole_api_on_the_logical_queue(db: redis.Redis, queue: WorkQueue) -> No
     counts = queue.counts(db)
     assert (counts.added, counts.completed, counts.dead, counts.requeued) == (12, 3, 1, 1)
     rows = queue.shard_stats(db)
-    assert [r.prefix for r in rows] == [f"{{jobs:{i}}}" for i in range(4)]
+    assert [r.prefix for r in rows] == [prefix(i, 4) for i in range(4)]
     assert all(isinstance(r, ShardStats) for r in rows)
     assert sum(r.stats.queued for r in rows) == 9 and sum(r.counts.added for r in rows) == 12
     assert queue.light_clean(db).examined >= 0
@@ -188,7 +236,7 @@ def test_workers_start_on_shards_of_their_own(bytes_db: redis.Redis) -> None:
     def worker() -> None:
         item = queue.lease(bytes_db, 30, block=False)
         assert item is not None
-        firsts.append(shard_prefix("jobs", shard_index(item.id(), 8)))
+        firsts.append(prefix(shard_index(item.id(), 8), 8))
 
     threads = [threading.Thread(target=worker) for _ in range(16)]
     for t in threads:
@@ -228,6 +276,32 @@ def test_lease_from_priority_with_sharded_queues(db: redis.Redis) -> None:
     assert high.complete(db, item) is False
 
 
+def test_complete_and_lease_is_one_call_per_job_on_one_server(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """The runner's complete-and-lease stays one script call per job on one server, also when
+    the worker moves on to the next shard (every STICK jobs): it completes on the item's shard
+    and leases from the next in the same call. Every item is leased once, each shard's run in
+    order."""
+    queue = WorkQueue(QUEUE, shards=4)
+    queue.add_items(real_db, items(400))
+    stats = redis.Redis.from_url(redis_url, decode_responses=True)
+    item = queue.lease(real_db, 30, block=False)
+    assert item is not None
+    stats.config_resetstat()
+    seen = [item.id()]
+    for _ in range(150):
+        done, found = complete_and_lease_from(real_db, queue, item, [queue], 30)
+        assert done is True and found is not None
+        item = found[1]
+        seen.append(item.id())
+    assert script_calls(stats) == 150
+    assert len(set(seen)) == 151
+    shards = [shard_index(i, 4) for i in seen]
+    runs = [len(list(group)) for _, group in itertools.groupby(shards)]
+    assert max(runs) <= STICK and len(runs) >= 151 // STICK, runs
+
+
 def test_changing_the_shard_count(db: redis.Redis) -> None:
     """Adds follow the new count; old shards are leased and counted until empty; dedup holds
     for ids that exist on their shard under the earlier count."""
@@ -239,7 +313,7 @@ def test_changing_the_shard_count(db: redis.Redis) -> None:
     assert new.add_item(db, Item(b"x", id="i3")) is False
     assert new.add_items(db, items(10, "n")) == [True] * 10
     for item in items(10, "n"):
-        assert db.exists(f"{{jobs:{shard_index(item.id(), 5)}}}:item:{item.id()}")
+        assert db.exists(f"{prefix(shard_index(item.id(), 5), 5)}:item:{item.id()}")
     leased = new.lease_many(db, 30, 100, block=False)
     assert len(leased) == 40
     assert new.complete_many(db, leased) == leased
@@ -323,11 +397,12 @@ def test_rwq_works_on_a_sharded_queue(real_db: redis.Redis, redis_url: str) -> N
     out = rwq("--url", redis_url, "--shards", "4", "--json", "info", "jobs")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["jobs"]["queued"] == 7
+    assert "no keys" not in out.stderr  # the home shard's keys are found
     out = rwq("--url", redis_url, "--shards", "4", "--json", "light-clean", "jobs")
     assert out.returncode == 0, out.stderr
     assert queue.stats(real_db).queued == 10
-    missing = rwq("--url", redis_url, "info", "jobs")
-    assert "no keys" not in missing.stderr  # the home shard's keys are found
+    missing = rwq("--url", redis_url, "info", "jobs")  # the unsharded queue: no keys
+    assert "check its name, and --shards for a sharded queue" in missing.stderr
 
 
 def test_light_clean_steps_of_every_shard_go_together(
@@ -359,7 +434,7 @@ def test_deep_clean_finds_lost_items_on_every_shard(db: redis.Redis) -> None:
     queue = WorkQueue(QUEUE, shards=4)
     lost = items(12, "lost")
     for item in lost:
-        db.set(f"{{jobs:{shard_index(item.id(), 4)}}}:item:{item.id()}", item.data())
+        db.set(f"{prefix(shard_index(item.id(), 4), 4)}:item:{item.id()}", item.data())
     queue.add_items(db, items(8))
     seen: list[Any] = []
     report = queue.deep_clean(db, seen.append)
@@ -399,3 +474,16 @@ def test_a_rate_limit_is_refused_on_a_sharded_queue() -> None:
 
     with pytest.raises(InvalidArgumentError, match="sharded"):
         WorkQueue(KeyPrefix("limited"), shards=2, rate_limit=RateLimit(10, 1))
+
+
+def test_a_completion_keeps_its_result_on_its_shard(db: redis.Redis) -> None:
+    """``keep_results`` on a sharded queue: the result is kept on the item's shard."""
+    queue = WorkQueue(QUEUE, shards=4, keep_results=60)
+    queue.add_items(db, items(8))
+    leased = queue.lease_many(db, 30, 8, block=False)
+    assert len(leased) == 8
+    for item in leased:
+        assert queue.complete(db, item, result=f"r-{item.id()}".encode())
+    assert {queue.result(db, i.id(), timeout=0) for i in leased} == {
+        f"r-{i.id()}".encode() for i in leased
+    }

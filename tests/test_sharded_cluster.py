@@ -17,7 +17,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
-from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE, shard_index
+from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE, key_slot, shard_index, shard_prefix
 from servers import Cluster, in_sync, info, poll
 from test_cluster import Ledger, killed_primary
 
@@ -53,7 +53,16 @@ def reset_stats(cluster: Cluster) -> None:
 
 
 def test_shards_spread_over_the_primaries(cluster: Cluster, cluster_db: RedisCluster) -> None:
+    """The 12 shards fall 4, 4 and 4 on the three primaries (each tag's slot, as the server
+    computes it, in its range), and their items with them."""
     q = sharded()
+    shards_on = Counter()
+    for index, shard in enumerate(q.ops.shard_ops):
+        tag = shard.keys.prefix.strip("{}")
+        assert cluster_db.cluster_keyslot(shard.keys.queue) == key_slot(tag), tag
+        assert shard.keys.prefix == shard_prefix("jobs", index, SHARDS)
+        shards_on[cluster.primary_for(shard.keys.queue).port] += 1
+    assert sorted(shards_on.values()) == [4, 4, 4], shards_on
     assert q.add_items(cluster_db, items(600)) == [True] * 600
     per_node = Counter()
     for node in cluster.primaries():

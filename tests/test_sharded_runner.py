@@ -132,12 +132,13 @@ def test_an_idle_worker_sends_few_calls(server: Proc) -> None:
     assert rate <= 4, rate
 
 
-@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_runner_drains_a_sharded_queue_on_the_cluster(
     cluster: Cluster, server: Proc, kind: str
 ) -> None:
-    """Twelve shards over three primaries, the runner on a cluster client (worker processes
-    connect by URL to one server); the handlers record on a separate server."""
+    """Twelve shards over three primaries, the runner on a cluster client (the asyncio worker,
+    and the worker processes and their parent, each make theirs from a ``redis+cluster://``
+    URL); the handlers record on a separate server."""
     cluster.wait_healthy()
     cluster.flushall()
     db = cluster.client()
@@ -145,8 +146,17 @@ def test_a_runner_drains_a_sharded_queue_on_the_cluster(
     queue = WorkQueue(KeyPrefix(NAME), shards=12)
     ids = [f"c{i}" for i in range(150)]
     queue.add_items(db, [Item(job(server.url, TAG), id=i) for i in ids])
-    client = cluster.async_client() if kind == "asyncio" else cluster.client()
-    with running(kind, client, shards=12, concurrency=3, clean_secs=0.3) as (_, out):
+    # Threads on a client; asyncio and processes from a URL (each makes its cluster client).
+    url = f"redis+cluster://127.0.0.1:{cluster.primaries()[0].port}"
+    client: Any = cluster.client() if kind == "threads" else url
+    with running(kind, client, shards=12, concurrency=3, clean_secs=0.3) as (worker, out):
+        if kind == "processes":
+            assert worker.processes
+            wait_for(
+                lambda: len(multiprocessing.active_children()) >= 3,
+                timeout=30,
+                what="three worker processes",
+            )
         wait_for(lambda: len(done(notes)) >= len(ids), timeout=60, what="every job")
         queue.add_item(db, Item(job(server.url, TAG), id="late"))
         wait_for(lambda: "late" in done(notes), timeout=10, what="the late job")

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from . import server
 from .aio import AsyncWorkQueue
+from .connect import cluster_node
 from .item import Item
 from .runner.core import JOIN_SECS, Core, Job, WorkerStats
 from .runner.drivers import arun_loop, cancel
@@ -40,7 +41,8 @@ class AsyncWorker(Shell):
 
     Args:
         db: A ``redis.asyncio`` client, or a URL (then the worker makes its own client, with a
-            pool sized to the concurrency, as :class:`~redis_work_queue.worker.Worker` does).
+            pool sized to the concurrency, as :class:`~redis_work_queue.worker.Worker` does;
+            ``redis+cluster://NODE:PORT`` makes a ``redis.asyncio.RedisCluster``).
         queues: The queues to work on, highest priority first.
         handler: ``async def handler(item)`` (or any callable that returns an awaitable); a
             return completes the item, an exception releases it for a retry. A call that
@@ -101,7 +103,15 @@ class AsyncWorker(Shell):
             asynchronous=True,
             batch=batch,
         )
-        if isinstance(db, str):
+        node = cluster_node(db) if isinstance(db, str) else None
+        if node is not None:
+            made: Any = aredis.RedisCluster.from_url(
+                node,
+                socket_timeout=socket_timeout_for(self.options.poll_secs),
+                socket_connect_timeout=5,
+            )
+            db = made
+        elif isinstance(db, str):
             db = aredis.Redis.from_url(
                 db,
                 max_connections=concurrency + 4,

@@ -49,7 +49,6 @@ from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
 from .ops import events as events_ops
 from .ops import schedules as schedule_ops
-from .ops import sharded
 from .results import CleanProgress, CleanReport
 from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs, decode
 from .workqueue import WorkQueue
@@ -218,19 +217,22 @@ def _wrong_type_message(db: Any, err: BaseException, queues: Sequence[str]) -> s
     )
 
 
-def _exists(db: Any, name: str) -> bool:
+def _exists(db: Any, name: str, args: argparse.Namespace) -> bool:
     if db.exists(*QueueKeys(KeyPrefix(name)).fixed()):
         return True
     if "{" in name or "}" in name:
         return False
-    # A sharded queue: its home shard's keys.
-    return bool(db.exists(*QueueKeys(KeyPrefix(sharded.shard_prefix(name, 0))).fixed()))
+    # A sharded queue: its home shard's keys (shard 0 of the count given by --shards).
+    return bool(db.exists(*_queue(args, name).ops.keys.fixed()))
 
 
-def _warn_missing(db: Any, names: Sequence[str]) -> None:
+def _warn_missing(db: Any, names: Sequence[str], args: argparse.Namespace) -> None:
     for name in names:
-        if not _exists(db, name):
-            _warn(f"queue {name!r} has no keys (never used, or flushed): check its name")
+        if not _exists(db, name, args):
+            _warn(
+                f"queue {name!r} has no keys (never used, or flushed): check its name, and "
+                "--shards for a sharded queue"
+            )
 
 
 # Commands ---------------------------------------------------------------------------------------
@@ -252,7 +254,7 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, Any], int]:
                 report = queue.light_clean(db)
             reports[name] = asdict(report)
             if not any(reports[name].values()):
-                _warn_missing(db, [name])
+                _warn_missing(db, [name], args)
             if not args.json:
                 print(
                     f"{name}: examined {report.examined}, requeued {report.requeued}, "
@@ -274,7 +276,7 @@ def _info(args: argparse.Namespace, db: Any) -> int:
     rows: dict[str, dict[str, Any]] = {
         name: asdict(_queue(args, name).stats(db)) for name in args.queues
     }
-    _warn_missing(db, [name for name, row in rows.items() if not any(row.values())])
+    _warn_missing(db, [name for name, row in rows.items() if not any(row.values())], args)
     policy = server.eviction_policy(db)
     warning = server.eviction_message(policy) if policy and server.may_evict(policy) else None
     if args.json:
@@ -318,7 +320,7 @@ def _metrics(args: argparse.Namespace, db: Any) -> int:
     queues = [_queue(args, name) for name in args.queues]
     if args.serve is None:
         found = metrics.read(db, queues)
-        _warn_missing(db, [m.queue for m in found if not m.work and not m.stats.dead])
+        _warn_missing(db, [m.queue for m in found if not m.work and not m.stats.dead], args)
         if args.json:
             _json_out(_metrics_json(found))
         else:
@@ -359,7 +361,7 @@ def _flush(args: argparse.Namespace, db: Any) -> int:
             answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             raise Failure(EXIT_FAILED, "nothing deleted")
-    _warn_missing(db, args.queues)
+    _warn_missing(db, args.queues, args)
     reports = {}
     for name in args.queues:
         progress = Progress(f"{name}: deleted keys")
@@ -394,7 +396,7 @@ def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
     if bool(named) == args.all:
         raise Failure(EXIT_USAGE, "name the dead letters' ids, or pass --all (not both)")
     ids = None if args.all else list(dict.fromkeys(named))
-    _warn_missing(db, [args.queue])
+    _warn_missing(db, [args.queue], args)
     missing: list[str] = []
     if ids is not None:
         found = db.zmscore(queue.keys.dead, ids)
@@ -432,7 +434,7 @@ def _dead_letters(args: argparse.Namespace, db: Any) -> int:
     page = queue.dead_letters(db, args.start, args.count, preview_bytes=preview)
     total = queue.dead_count(db)
     if not total:
-        _warn_missing(db, [args.queue])
+        _warn_missing(db, [args.queue], args)
     if args.json:
         rows = [
             {
@@ -465,11 +467,13 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
         handler = load_handler(args.handler)
         queues = [_queue(args, name, db) for name in args.queues]
         source: Any = where.url
-        if where.kind != "single":
+        if where.kind == "cluster" and args.processes:
+            # Each worker process makes its own cluster client from the URL.
+            source = with_credentials(where)
+        elif where.kind != "single":
             if args.processes:
                 raise InvalidArgumentError(
-                    "--processes connects by URL: use threads (--concurrency) with --cluster "
-                    "or --sentinel"
+                    "--processes connects by URL: use threads (--concurrency) with --sentinel"
                 )
             source = connect(
                 where,
@@ -513,7 +517,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
 
 def _workers(args: argparse.Namespace, db: Any) -> int:
     found = {name: live_workers(db, _queue(args, name)) for name in args.queues}
-    _warn_missing(db, [name for name, rows in found.items() if not rows])
+    _warn_missing(db, [name for name, rows in found.items() if not rows], args)
     if args.json:
         _json_out({name: [w.as_dict() for w in rows] for name, rows in found.items()})
         return EXIT_OK

@@ -264,18 +264,33 @@ def _ca_cert(path: str | None, tls: bool) -> str | None:
 
 
 def with_credentials(where: Target) -> str:
-    """The URL of a single-server target with its user and password written in.
+    """The URL of a single-server or cluster target with its user and password written in.
 
-    For a client made elsewhere (such as by worker processes); never to be shown.
+    For a client made elsewhere (such as by worker processes); never to be shown. A cluster's
+    URL keeps its ``+cluster`` scheme (``redis+cluster://NODE:PORT``: see :func:`cluster_node`).
     """
     assert where.url is not None
     parts = urlsplit(where.url)
-    if where.password is None or parts.password or parts.scheme == "unix":
-        return where.url
-    user = quote(where.username or "", safe="")
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{user}:{quote(where.password, safe='')}@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    scheme = f"{parts.scheme}+cluster" if where.cluster else parts.scheme
+    netloc = parts.netloc
+    if where.password is not None and not parts.password and parts.scheme != "unix":
+        user = quote(where.username or "", safe="")
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{user}:{quote(where.password, safe='')}@{host}"
+    return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def cluster_node(url: str) -> str | None:
+    """The node URL of a Redis Cluster URL, or None for another URL.
+
+    ``redis+cluster://NODE:PORT`` (``rediss+cluster://`` for TLS) names a cluster by one of its
+    nodes; the node URL is the same with ``redis://`` (``rediss://``), for
+    ``RedisCluster.from_url``.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("redis+cluster", "rediss+cluster"):
+        return f"{scheme.lower().removesuffix('+cluster')}://{rest}"
+    return None
 
 
 def _db(text: str) -> int:

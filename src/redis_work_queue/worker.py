@@ -32,13 +32,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from . import server
+from .connect import cluster_node
 from .errors import InvalidArgumentError
 from .item import Item
 from .runner.core import JOIN_SECS, Core, Job, Listener, WorkerStats
@@ -114,7 +116,9 @@ class Worker(Shell):
         redis_url: Where the queues live; a URL, or (threads only) a ``Redis`` client. From a
             URL the worker makes its own client: a pool sized to the concurrency, a socket
             timeout of ``max(5, 2 * poll_secs + 2)`` s (a hung server is noticed within it) and
-            no retries of its own (the worker retries).
+            no retries of its own (the worker retries). ``redis+cluster://NODE:PORT``
+            (``rediss+cluster://`` for TLS) is a Redis Cluster reached through one of its
+            nodes: each worker process, and the parent, makes its own ``RedisCluster``.
         queues: The queues to work on, highest priority first.
         handler: Called with each leased item; a return completes it, an exception (any
             ``BaseException``: ``SystemExit`` and ``KeyboardInterrupt`` too) releases it for a
@@ -250,6 +254,15 @@ class Worker(Shell):
 
     def _connect(self) -> redis.Redis:
         if isinstance(self.redis_url, str):
+            node = cluster_node(self.redis_url)
+            if node is not None:
+                # A cluster client keeps its own retries: they follow a failover's new primary.
+                made: Any = RedisCluster.from_url(
+                    node,
+                    socket_timeout=socket_timeout_for(self.poll_secs),
+                    socket_connect_timeout=5,
+                )
+                return cast(redis.Redis, made)
             return redis.Redis.from_url(
                 self.redis_url,
                 max_connections=self.concurrency + 4,

@@ -23,6 +23,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -551,8 +552,9 @@ def plan_of(queues: Sequence[QueueOps]) -> LeasePlan:
     return queues[0].plan if len(queues) == 1 else LeasePlan(queues)
 
 
+@functools.cache
 def _shards() -> Any:
-    """The sharded queues' module (which imports this one)."""
+    """The sharded queues' module (which imports this one); looked up once."""
     from . import sharded  # noqa: PLC0415 (a cycle: it builds on this module)
 
     return sharded

@@ -1,9 +1,11 @@
 """A queue spread over shards: one logical queue made of ordinary queues, each under its own tag.
 
 ``WorkQueue(KeyPrefix("jobs"), shards=N)`` (N > 1) runs its operations on :class:`ShardedOps`.
-Shard ``i`` is an ordinary queue of the reference layout whose prefix is ``{jobs:i}``: its own
-``{hash tag}``, so on Redis Cluster the shards spread over the primaries, and a client of the
-reference design pointed at ``{jobs:i}`` works that shard. An item's shard is fixed by its id:
+Shard ``i`` is an ordinary queue of the reference layout whose prefix is ``{jobs:i}`` or
+``{jobs:i.k}`` (:func:`shard_tags`: the tag falls in the ``i``-th of N equal ranges of the
+cluster's slots): its own ``{hash tag}``, so on Redis Cluster the shards spread evenly over
+primaries that own equal ranges of slots, and a client of the reference design pointed at a
+shard's prefix works that shard. An item's shard is fixed by its id:
 ``crc32(id as UTF-8) mod N`` (:func:`shard_index`), so an id always meets its earlier copy and
 dedup by id holds.
 
@@ -29,7 +31,9 @@ The queue's own records of its workers (heartbeats, durations, the light-clean t
 
 from __future__ import annotations
 
+import binascii
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -70,9 +74,57 @@ def shard_index(item_id: str, shards: int) -> int:
     return zlib.crc32(item_id.encode("utf-8", "surrogateescape")) % shards
 
 
-def shard_prefix(name: str, index: int) -> str:
-    """The key prefix of shard ``index`` of the queue ``name``: ``{name:index}``."""
-    return f"{{{name}:{index}}}"
+#: The hash slots of Redis Cluster.
+SLOTS = 16384
+
+
+def key_slot(tag: str) -> int:
+    """The Redis Cluster slot of a hash tag: CRC-16 (XMODEM) of its UTF-8 bytes, mod 16384."""
+    return binascii.crc_hqx(tag.encode("utf-8", "surrogateescape"), 0) % SLOTS
+
+
+def slot_range_start(index: int, parts: int) -> int:
+    """The first slot of the ``index``-th of ``parts`` equal ranges of the slots.
+
+    That is ``16384 * index / parts`` rounded half up, where ``redis-cli --cluster create``
+    starts each primary's range.
+    """
+    return (2 * index * SLOTS + parts) // (2 * parts)
+
+
+@functools.lru_cache(maxsize=256)
+def shard_tags(name: str, shards: int) -> tuple[str, ...]:
+    """The hash tags of the ``shards`` shards of the queue ``name``, by index.
+
+    Shard ``i``'s tag is the first of ``name:i``, ``name:i.1``, ``name:i.2``... whose slot
+    (:func:`key_slot`) lies in the ``i``-th of ``shards`` equal ranges of the 16384 slots,
+    from :func:`slot_range_start` of ``i`` to that of ``i + 1``: a cluster whose primaries own
+    equal ranges of slots (as ``redis-cli --cluster create`` makes it) holds as even a share of
+    the shards on each primary as the counts allow. A queue of one shard is the unsharded queue.
+    """
+    if shards == 1:
+        return (name,)
+    tags = []
+    for index in range(shards):
+        low, high = slot_range_start(index, shards), slot_range_start(index + 1, shards)
+        base = f"{name}:{index}"
+        start = binascii.crc_hqx(base.encode("utf-8", "surrogateescape"), 0)
+        step = 0
+        while not low <= (binascii.crc_hqx(b".%d" % step, start) if step else start) % SLOTS < high:
+            step += 1
+        tags.append(f"{base}.{step}" if step else base)
+    return tuple(tags)
+
+
+def shard_prefix(name: str, index: int, shards: int) -> str:
+    """The key prefix of shard ``index`` of ``shards`` of the queue ``name``: ``{tag}``.
+
+    The tag is :func:`shard_tags`'s (``{jobs:5}``, ``{jobs:3.41}``...); a queue of one shard
+    is the unsharded queue ``name``.
+    """
+    if shards == 1:
+        return name
+    return f"{{{shard_tags(name, shards)[index]}}}"
 
 
 def check_shards(name: str, shards: object, before: object) -> tuple[int, tuple[int, ...]]:
@@ -101,7 +153,8 @@ def check_shards(name: str, shards: object, before: object) -> tuple[int, tuple[
     if (current > 1 or any(n > 1 for n in earlier)) and ("{" in name or "}" in name):
         raise InvalidArgumentError(
             f"a sharded queue's name must not hold a brace ({name!r}): each shard gets its own "
-            f"{{hash tag}}, {shard_prefix(name, 0)!r} and so on; name it without the tag"
+            f"{{hash tag}}, {shard_prefix(name, 0, max(current, 2))!r} and so on; name it "
+            "without the tag"
         )
     return current, tuple(n for n in dict.fromkeys(earlier) if n != current)
 
@@ -111,7 +164,8 @@ class ShardStats:
     """One shard of a queue, as :meth:`WorkQueue.shard_stats` sees it.
 
     Attributes:
-        index: The shard's index (0 for an unsharded queue).
+        index: The shard's position: the current count's shards by index (0 to N-1), then
+            those of earlier counts (0 for an unsharded queue).
         prefix: The shard's key prefix (``{jobs:3}``; the queue's own for an unsharded queue).
         stats: Its counts by state.
         counts: Its counters.
@@ -154,23 +208,24 @@ class ShardedOps(QueueOps):
         logical = name.prefix
         self.shards, self.shards_before = check_shards(logical, shards, shards_before)
         self.name = logical
-        span = max(n for n in (self.shards, *self.shards_before))
         options = (max_deliveries, replicas, replica_timeout, keep_results)
         keep_ms = 0 if keep_results is None else to_ms(keep_results, "keep_results")
-
-        def shard(prefix: KeyPrefix) -> QueueOps:
-            return QueueOps(QueueKeys(prefix, None, keep_ms), *options)
-
-        #: Every shard that may hold items, by index (a legacy unsharded queue, when one of the
-        #: counts is 1, after them).
-        self.shard_ops: list[QueueOps] = [
-            shard(KeyPrefix(shard_prefix(logical, i))) for i in range(span)
-        ]
-        self.legacy: QueueOps | None = None
-        if 1 in (self.shards, *self.shards_before):
-            self.legacy = shard(name)
-            self.shard_ops.append(self.legacy)
-        home = self.legacy if self.shards == 1 and self.legacy is not None else self.shard_ops[0]
+        #: Every shard that may hold items: the current count's, by index, then each earlier
+        #: count's that are not among them (the unsharded queue, for a count of 1).
+        self.shard_ops: list[QueueOps] = []
+        #: Each count's shards, by index.
+        self.by_count: dict[int, list[QueueOps]] = {}
+        known: dict[str, QueueOps] = {}
+        for count in (self.shards, *self.shards_before):
+            row = []
+            for index in range(count):
+                prefix = shard_prefix(logical, index, count)
+                if prefix not in known:
+                    known[prefix] = QueueOps(QueueKeys(KeyPrefix(prefix), None, keep_ms), *options)
+                    self.shard_ops.append(known[prefix])
+                row.append(known[prefix])
+            self.by_count[count] = row
+        home = self.by_count[self.shards][0]
         super().__init__(home.keys, *options)
         #: Every key of every shard that is not per item: they cannot be named together on
         #: Redis Cluster.
@@ -183,10 +238,7 @@ class ShardedOps(QueueOps):
     # Where an id lives ------------------------------------------------------------------------
 
     def _of(self, count: int, item_id: str) -> QueueOps:
-        if count == 1:
-            assert self.legacy is not None
-            return self.legacy
-        return self.shard_ops[shard_index(item_id, count)]
+        return self.by_count[count][shard_index(item_id, count)]
 
     def shard_for(self, item_id: str) -> QueueOps:
         """The shard a new item of ``item_id`` goes to."""
@@ -397,7 +449,8 @@ class ShardedOps(QueueOps):
         self, item: Item, replicas: int | None = None, result: bytes | str | None = None
     ) -> Steps[bool]:
         """Complete one item, on its shard; True for the one call that removed it."""
-        if replicas is None and not self.replicas and not self.shards_before:
+        common = result is None and not self.keep_results_ms and not self.shards_before
+        if common and replicas is None and not self.replicas:
             item_id = check_item(item).id()  # the common case, short: a hot path
             return bool((yield complete_call(self.shard_for(item_id).keys, item_id))[0])
         self._wait(replicas)
@@ -841,20 +894,27 @@ def complete_and_lease_from(
     """``complete_and_lease_from`` where some queues are sharded.
 
     One script call when the item's shard is the first the caller leases from (it stays on a
-    shard while it has items) and has an item; otherwise the completion, then a lease over every
-    shard without blocking.
+    shard while it has items) and has an item, or, where the two can be named together (one
+    server), when the caller has just moved on from the item's shard to the next of the same
+    queue; otherwise the completion, then a lease over every shard without blocking.
     """
-    item = check_item(item)
-    request = LeaseRequest.of(lease_secs)
+    request = LeaseRequest.of(lease_secs)  # (``item`` is checked by the caller, lease.py)
     flat, owners = expand(queues)
     shard = queue.candidates(item.id()) if isinstance(queue, ShardedOps) else [queue]
-    first = flat[0]
-    if len(shard) == 1 and shard[0] is first and not first.replicas:
-        done, rows = yield from lease_ops.complete_and_lease([first], 0, item.id(), request)
+    first, mine = flat[0], shard[0]
+    over = [first] if mine is first else [first, mine]
+    one_call = len(shard) == 1 and not first.replicas and not mine.replicas
+    if one_call and mine is not first:
+        one_call = mine in flat and owners[flat.index(mine)] == owners[0]
+        one_call = one_call and bool((yield Ask("together", (*first.slot_keys, *mine.slot_keys))))
+    if one_call:
+        done, rows = yield from lease_ops.complete_and_lease(
+            over, len(over) - 1, item.id(), request
+        )
         if rows:
             owner = queues[owners[0]]
             if isinstance(owner, ShardedOps):
-                owner.note_leased(first)
+                owner.note_leased(over[rows[0][0]])
             return done, (owners[0], rows[0][1])
     else:
         done = yield from queue.complete_one(item)
