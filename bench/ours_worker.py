@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from batching_rows import WORKLOADS as BATCHING_WORKLOADS
+from events_rows import WORKLOADS as EVENTS_WORKLOADS
 from functions_rows import WORKLOADS as FUNCTIONS_WORKLOADS
 from jobs_workloads import JOBS_WORKLOADS
 from ours_workloads import OURS_ONLY
@@ -124,6 +125,7 @@ def main() -> None:
         **FUNCTIONS_WORKLOADS,
         **JOBS_WORKLOADS,
         **BATCHING_WORKLOADS,
+        **EVENTS_WORKLOADS,
     }
     worker_main(lambda db: OursQueue(rwq, db), workloads)
 

@@ -72,59 +72,60 @@ def _plain_pairs(q: Any, k: int) -> None:
 # Worker runner -----------------------------------------------------------------------------------
 
 
-def worker_runner(db: redis.Redis, q: Any, p: Result) -> Result:
-    """Items/s of ``Worker`` (threads, concurrency 1, a no-op handler) draining a queue, in
-    rounds alternating with rounds of the plain ``lease(block=False)`` + ``complete`` loop.
+def drain_with_worker(q: Any, db: redis.Redis, url: str, k: int) -> float:
+    """Items/s of ``Worker`` (threads, concurrency 1, a no-op handler) draining ``k`` items.
 
-    A round of the runner fills the queue with ``per`` items, starts ``Worker.run`` in a thread
-    and times it until every item is completed (the handler counts the items; the last
-    completion is seen as an empty processing list), then stops the worker (``stop()``, from
-    this thread) and checks its counts. The worker polls with a short timeout (``poll_secs``
-    0.1): that only matters once the queue is empty, after the clock has stopped.
+    Fills the queue of ``q`` (an adapter: ``rwq``, ``queue``, ``processing()``,
+    ``queue_len()``) with ``k`` items, starts ``Worker.run`` in a thread and times it until
+    every item is completed (the handler counts the items; the last completion is seen as an
+    empty processing list), then stops the worker (``stop()``, from this thread) and checks its
+    counts. The worker polls with a short timeout (``poll_secs`` 0.1): that only matters once
+    the queue is empty, after the clock has stopped.
     """
-    rwq = q.rwq
+    _fill(q, db, k)
+    handled = 0
+    all_handled = threading.Event()
+
+    def noop_handler(item: Any) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == k:
+            all_handled.set()
+
+    worker = q.rwq.Worker(url, [q.queue], noop_handler, concurrency=1, lease_secs=30, poll_secs=0.1)
+    outcome: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(worker.run(signals=())), name="bench-runner"
+    )
+    gc.collect()
+    start = time.perf_counter()
+    thread.start()
+    if not all_handled.wait(timeout=300):
+        worker.stop()
+        raise BenchError(f"the worker handled {handled} of {k} items in 300 s")
+    while q.processing():  # the last completion follows the last handler call
+        time.sleep(0.0002)
+    seconds = time.perf_counter() - start
+    worker.stop()
+    thread.join(timeout=30)
+    if thread.is_alive() or not outcome:
+        raise BenchError("the worker did not stop within 30 s of stop()")
+    stats = outcome[0]
+    _expect("items the worker completed", (stats.completed, stats.failed, stats.lost), (k, 0, 0))
+    _drained(q)
+    return k / seconds
+
+
+def worker_runner(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of ``Worker`` (:func:`drain_with_worker`) in rounds alternating with rounds of
+    the plain ``lease(block=False)`` + ``complete`` loop."""
     n, rounds = p["n"], p["rounds"]
     per = max(1, n // rounds)
     host, port = _address(db)
     url = f"redis://{host}:{port}/0"
 
     def runner(k: int) -> float:
-        _fill(q, db, k)
-        handled = 0
-        all_handled = threading.Event()
-
-        def noop_handler(item: Any) -> None:
-            nonlocal handled
-            handled += 1
-            if handled == k:
-                all_handled.set()
-
-        worker = rwq.Worker(
-            url, [q.queue], noop_handler, concurrency=1, lease_secs=30, poll_secs=0.1
-        )
-        outcome: list[Any] = []
-        thread = threading.Thread(
-            target=lambda: outcome.append(worker.run(signals=())), name="bench-runner"
-        )
-        gc.collect()
-        start = time.perf_counter()
-        thread.start()
-        if not all_handled.wait(timeout=300):
-            worker.stop()
-            raise BenchError(f"the worker handled {handled} of {k} items in 300 s")
-        while q.processing():  # the last completion follows the last handler call
-            time.sleep(0.0002)
-        seconds = time.perf_counter() - start
-        worker.stop()
-        thread.join(timeout=30)
-        if thread.is_alive() or not outcome:
-            raise BenchError("the worker did not stop within 30 s of stop()")
-        stats = outcome[0]
-        _expect(
-            "items the worker completed", (stats.completed, stats.failed, stats.lost), (k, 0, 0)
-        )
-        _drained(q)
-        return k / seconds
+        return drain_with_worker(q, db, url, k)
 
     def plain(k: int) -> float:
         _fill(q, db, k)

@@ -70,6 +70,7 @@ ROW_MODULES = (
     "shards_rows",
     "functions_rows",
     "jobs_rows",
+    "events_rows",
     "batching_rows",
     "flow_rows",
 )

@@ -3,7 +3,7 @@ scripts of the same key layout, read from ``INFO commandstats`` on a throw-away 
 
     python bench/script_time.py            # every row (about a minute)
     python bench/script_time.py --quick    # fewer calls
-    python bench/script_time.py --only single batch complete_list
+    python bench/script_time.py --only single batch complete_list events
     python bench/script_time.py --check    # exit 1 when a target ratio is missed
     python bench/script_time.py --functions never   # ours as scripts (EVALSHA), not functions
 
@@ -16,6 +16,9 @@ Rows:
   costs what; and renew (each leased item once, before its completion) against GET + PEXPIRE.
 * ``batch``: lease_many + complete_many and add_items at BATCH items per call, against minimal
   batch scripts, in server time per item and in client items per second.
+* ``events``: add / lease / complete one item per call on a queue made with ``events=True``
+  (its stream full, at the cap of 10,000 entries, so that each append trims too) against the
+  same queue without events, rounds alternating.
 * ``complete_list``: complete's server time per call with a long processing list (5k stuck
   leases at the old end and 5k in flight completed in lease order; 5k in flight completed in
   random order; 20k in flight), against the same completions with a near-empty list.
@@ -384,6 +387,38 @@ def single(
     return out
 
 
+def events(
+    db: redis.Redis, rounds: int, meter: Callable[[redis.Redis], Meter] = Meter
+) -> dict[str, float]:
+    """Server cost per call of add, lease and complete with events on and off."""
+    sides = {
+        "off": WorkQueue(KeyPrefix(PREFIX)),
+        "on": WorkQueue(KeyPrefix(f"{PREFIX}e"), events=True),
+    }
+    db.flushall()
+    stream = QueueKeys(KeyPrefix(f"{PREFIX}e")).events
+    maxlen = sides["on"].events_maxlen
+    pipe = db.pipeline(transaction=False)
+    for k in range(maxlen or 0):  # the stream at its cap: every append trims as well
+        pipe.xadd(stream, {"kind": "added", "id": f"old{k}"}, maxlen=maxlen, approximate=True)
+    pipe.execute()
+    meters = {f"{side}_{op}": meter(db) for side in sides for op in ("add", "lease", "complete")}
+
+    def one_round(side: str, queue: WorkQueue, ids: list[str]) -> None:
+        meters[f"{side}_add"].measure(lambda: [queue.add_item(db, Item(DATA, id=i)) for i in ids])
+        items = meters[f"{side}_lease"].measure(
+            lambda: [queue.lease(db, 30, block=False) for _ in ids]
+        )
+        meters[f"{side}_complete"].measure(lambda: [queue.complete(db, it) for it in items if it])
+
+    for r in range(rounds):
+        for side, queue in sides.items():
+            one_round(side, queue, [f"e{r * ROUND + k}" for k in range(ROUND)])
+    out = {name: m.per_call for name, m in meters.items()}
+    out.update({f"{name}_commands": m.commands_per_call for name, m in meters.items()})
+    return out
+
+
 def _preamble(name: str, keep_unused: bool) -> str:
     """The script's includes as sent with it (the definitions it uses) or with every definition
     of every include (``keep_unused``), followed by ``return 1`` instead of the script's code."""
@@ -491,7 +526,7 @@ def complete_list(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls")
-    parser.add_argument("--only", nargs="+", choices=("single", "batch", "complete_list"))
+    parser.add_argument("--only", nargs="+", choices=("single", "batch", "complete_list", "events"))
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument(
         "--instructions",
@@ -509,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args(argv)
     os.environ["RWQ_FUNCTIONS"] = args.functions
-    rows = args.only or ["single", "batch", "complete_list"]
+    rows = args.only or ["single", "batch", "complete_list", "events"]
     missed: list[str] = []
     server = callgrind_server if args.instructions else redis_server
     unit = "instructions" if args.instructions else "µs"
@@ -581,6 +616,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:34s}{fig(c[name])}  ratio {ratio:5.2f} (target <= 1.3)")
                 if ratio > TARGETS["complete_list"]:
                     missed.append(f"complete {name} {ratio:.2f}")
+        if "events" in rows:
+            ev = events(db, (2 if args.instructions else 10) if args.quick else 40, meter)
+            print(f"\nevents on / off (stream at its cap), {unit} per call:")
+            for op in ("add", "lease", "complete"):
+                on, off = ev[f"on_{op}"], ev[f"off_{op}"]
+                print(
+                    f"  {op:9s} on {fig(on)}  off {fig(off)}  ratio {on / off:4.2f}; commands "
+                    f"run per call on {ev[f'on_{op}_commands']:4.1f} "
+                    f"off {ev[f'off_{op}_commands']:4.1f}"
+                )
     if missed:
         print("\nmissed: " + ", ".join(missed))
     return 1 if args.check and missed else 0

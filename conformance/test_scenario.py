@@ -566,7 +566,7 @@ def jobs(lane: Lane, check: Check) -> None:
     check(
         "events of a queue with events on",
         _read_events(lane, events),
-        [("added", "e", None), ("leased", "e", 1), ("completed", "e", None)],
+        [("added", "e", None), ("leased", "e", 1), ("completed", "e", 1)],
     )
     check(
         "counts",

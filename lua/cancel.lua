@@ -25,6 +25,7 @@ if SIZES[item] == 0 and redis.call('EXISTS', item) == 0 then
 end
 check_types('list', {Q.queue}, 'zset', {Q.delayed}, 'hash', {Q.deliveries, Q.reasons, Q.counts})
 local held = redis.call('GET', lease)
+local delivery = delivery_of(Q, id)
 local outcome = 1
 if held == DELAY_TOKEN or (not held and redis.call('ZSCORE', Q.delayed, id)) then
   redis.call('ZREM', Q.delayed, id)
@@ -44,5 +45,5 @@ end
 redis.call('DEL', item)
 forget(Q, id)
 count(Q, 'cancelled')
-emit(Q, 'cancelled', id)
+emit(Q, 'cancelled', id, delivery)
 return outcome

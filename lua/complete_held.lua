@@ -45,13 +45,14 @@ for j, id in ipairs(ids) do
     completed = completed + done[j]
     redis.call('LREM', Q.processing, -1, id)
     redis.call('DEL', leases[j])
+    local delivery = done[j] == 1 and delivery_of(Q, id)
     forget(Q, id)
     if groups[j] then
       redis.call('HDEL', Q.grouped, id)
       group_done(Q, groups[j])
     end
     if done[j] == 1 then
-      emit(Q, 'completed', id)
+      emit(Q, 'completed', id, delivery)
     end
   else
     done[j] = 0

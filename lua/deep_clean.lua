@@ -40,13 +40,14 @@ for k, held in ipairs(mine) do
   redis.call('DEL', Q.lease .. id)
   if held[2] then
     requeued[#requeued + 1] = id
+    local delivery = delivery_of(Q, id)
     if groups[k] then
       group_push(Q, groups[k], id, false)
     else
       back[#back + 1] = id
     end
-    emit(Q, 'expired', id, nil, 'lease expired')
-    emit(Q, 'retried', id)
+    emit(Q, 'expired', id, delivery, 'lease expired')
+    emit(Q, 'retried', id, delivery)
   else
     forget(Q, id)
     if groups[k] then

@@ -21,6 +21,7 @@ check_types('string', {lease}, 'list', {Q.queue})
 check_wake(Q)
 check_groups(Q)
 local held = redis.call('GET', lease)
+local delivery = delivery_of(Q, id)
 redis.call('ZREM', Q.delayed, id)
 if held == DELAY_TOKEN then
   redis.call('DEL', lease)
@@ -31,5 +32,5 @@ if redis.call('EXISTS', Q.item .. id) == 0 then
   return 0
 end
 requeue(Q, id, true)
-emit(Q, 'promoted', id)
+emit(Q, 'promoted', id, delivery)
 return 1

@@ -53,7 +53,7 @@ for i = NQ + 1, #ARGV do
     end
   else
     local kept = redis.call('LINDEX', Q.result .. id, 0)
-    if kept then
+    if kept and string.sub(kept, 1, 1) == 'c' then
       state, result = 'completed', string.sub(kept, 2)
     end
     local mark = redis.call('GET', Q.lease .. id)

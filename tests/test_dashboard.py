@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -706,3 +707,81 @@ def test_workers_with_unreadable_numbers_are_shown_as_such(
     forever = workers["box:9:forever"]
     assert forever["lapses"] is None and forever["pid"] is None
     assert {"lapses", "pid"} <= set(forever["unreadable"])
+
+
+# The live feed ----------------------------------------------------------------------------------
+
+
+def test_the_live_feed_of_a_queue_with_events(real_db: redis.Redis, redis_url: str) -> None:
+    """``api/live`` waits (one bounded blocking read) for the queue's next events; a queue
+    without events answers at once that it is not live; the job page lists the job's events,
+    progress and result."""
+    queue = WorkQueue(KeyPrefix("ev"), events=True, keep_results=60)
+    plain = WorkQueue(KeyPrefix("plain"))
+    queue.add_item(real_db, Item(b"a", id="a"))
+    plain.add_item(real_db, Item(b"p", id="p"))
+    with client_for(redis_url, queues=("ev", "plain")) as client:
+        off = client.get("/api/live", params={"name": "plain", "since": "$"}).json()
+        assert (off["ok"], off["live"], off["events"]) == (True, False, [])
+        assert client.get("/api/job", params={"name": "plain", "id": "p"}).json()["events"] is None
+        first = client.get("/api/live", params={"name": "ev", "since": "0"}).json()
+        assert [(e["kind"], e["id"]) for e in first["events"]] == [("added", "a")]
+        timer = threading.Timer(0.5, lambda: queue.lease(real_db, 30, block=False))
+        timer.start()
+        try:
+            began = time.monotonic()
+            woke = client.get("/api/live", params={"name": "ev", "since": first["since"]}).json()
+        finally:
+            timer.join()
+        assert time.monotonic() - began < dash_data.LIVE_WAIT_SECS  # woken by the lease
+        assert [(e["kind"], e["delivery"]) for e in woke["events"]] == [("leased", 1)]
+        began = time.monotonic()
+        idle = client.get("/api/live", params={"name": "ev", "since": woke["since"]}).json()
+        assert idle["live"] is True and idle["events"] == [] and idle["since"] == woke["since"]
+        assert 1.0 < time.monotonic() - began < dash_data.LIVE_WAIT_SECS + 5  # bounded
+        job = client.get("/api/job", params={"name": "ev", "id": "a"}).json()
+        assert [e["kind"] for e in job["events"]] == ["added", "leased"]
+        assert job["progress"] is None and job["result"] is None
+        assert client.get("/api/live", params={"name": "ev", "since": "soon"}).status_code == 400
+        assert client.get("/api/live", params={"name": "nope"}).status_code == 404
+
+
+def test_the_job_page_shows_progress_and_result(real_db: redis.Redis, redis_url: str) -> None:
+    queue = WorkQueue(KeyPrefix("pr"), keep_results=60)
+    queue.add_items(real_db, [Item(b"a", id="a"), Item(b"b", id="b")])
+    a, b = queue.lease(real_db, 30, block=False), queue.lease(real_db, 30, block=False)
+    assert a is not None and b is not None
+    assert queue.report_progress(real_db, a, {"step": 2, "of": 5})
+    assert queue.complete(real_db, b, result=b"ok \xff")
+    with client_for(redis_url, queues=("pr",)) as client:
+        leased = client.get("/api/job", params={"name": "pr", "id": "a"}).json()
+        done = client.get("/api/job", params={"name": "pr", "id": "b"}).json()
+    assert (leased["state"], leased["progress"], leased["result"]) == (
+        "leased",
+        {"step": 2, "of": 5},
+        None,
+    )
+    assert done["state"] == "completed" and done["result"]["size"] == 4
+    assert done["result"]["kind"] == "hex"  # not UTF-8: shown as hex, as item data is
+
+
+def test_an_action_on_a_queue_with_events_is_on_its_stream(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix("q"), events=True)
+    queue.add_item(real_db, Item(b"later", id="later"), delay=600)
+    plain = WorkQueue(KeyPrefix("p"))
+    plain.add_item(real_db, Item(b"later", id="later"), delay=600)
+    with client_for(redis_url, queues=("q", "p"), allow_actions=True) as client:
+        token = csrf_of(client)
+        for name in ("q", "p"):
+            for kind in ("promote", "cancel"):
+                body = {"queue": name, "action": kind, "id": "later"}
+                reply = client.post("/api/action", json=body, headers={"X-CSRF-Token": token})
+                assert reply.status_code == 200, reply.text
+    assert [(e.kind, e.id) for e in queue.events(real_db)] == [
+        ("added", "later"),
+        ("promoted", "later"),
+        ("cancelled", "later"),
+    ]
+    assert real_db.exists("p:events") == 0

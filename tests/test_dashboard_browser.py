@@ -176,7 +176,55 @@ def test_counts_refresh_without_reload(
     assert queue.stats(real_db).queued == 8
     wait_for(lambda: (shown_counts(driver, "live") or {}).get("queued") == 8, WAIT, "8")
     assert driver.execute_script("return window.sameDocument") == "yes"
+    # A queue without events has no stream to follow: the page polls.
+    assert driver.execute_script("return document.body.dataset.live") == "off"
     wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 8, WAIT, "8 rows")
+
+
+def test_live_updates_from_the_event_stream(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    """On a queue made with events=True the page follows its event stream and redraws as items
+    change: the dashboard polls every 10 minutes here, so every update below comes from the
+    stream, without a reload."""
+    queue = WorkQueue(KeyPrefix("evlive"), events=True, keep_results=60)
+    queue.add_item(real_db, Item(b"first", id="job-1"))
+    dash = dashboards(redis_url, "evlive", "--refresh-secs", "600")
+    driver.get(dash.url + "?queue=evlive&job=job-1")
+
+    def body(key: str) -> Any:
+        return driver.execute_script(f"return document.body.dataset.{key}")
+
+    wait_for(lambda: body("jobState") == "queued", WAIT, "the job page")
+    wait_for(lambda: body("live") == "on", WAIT, "the page to follow the stream")
+    assert by_css(driver, "#live").is_displayed()
+    driver.execute_script("window.sameDocument = 'yes';")
+    item = queue.lease(real_db, 60, block=False)
+    assert item is not None
+    wait_for(lambda: body("jobState") == "leased", WAIT, "the lease, live")
+    assert queue.report_progress(real_db, item, {"step": 3, "of": 4})
+    queue.add_item(real_db, Item(b"other", id="job-2"))  # an event: the page redraws
+    wait_for(
+        lambda: '"step":3' in (text_of(driver, "dd[data-fact=progress]") or ""),
+        WAIT,
+        "the progress, drawn with the next event",
+    )
+    screenshot(driver, "dashboard-live-job-leased")
+    assert queue.complete(real_db, item, result=b"the answer")
+    wait_for(lambda: body("jobState") == "completed", WAIT, "the completion, live")
+    assert "the answer" in (text_of(driver, "#job-result") or "")
+    kinds = [row.get_attribute("data-event") for row in all_css(driver, "#job-events tbody tr")]
+    assert kinds == ["added", "leased", "completed"]
+    screenshot(driver, "dashboard-live-job")
+    # The queue's view: its counts follow the stream too.
+    driver.get(dash.url + "?queue=evlive")
+    wait_for(lambda: body("live") == "on", WAIT, "the queue view to follow the stream")
+    wait_for(lambda: (shown_counts(driver, "evlive") or {}).get("queued") == 1, WAIT, "1")
+    driver.execute_script("window.sameDocument = 'yes';")
+    queue.add_items(real_db, [Item(f"more {n}".encode()) for n in range(5)])
+    wait_for(lambda: (shown_counts(driver, "evlive") or {}).get("queued") == 6, WAIT, "6, live")
+    wait_for(lambda: len(all_css(driver, "#waiting tbody tr")) == 6, WAIT, "6 rows, live")
+    assert driver.execute_script("return window.sameDocument") == "yes"
 
 
 def test_dead_letter_requeued_from_the_page(

@@ -7,6 +7,7 @@ any write; out of memory; ``rwq events``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -14,10 +15,12 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from checks import LEASE_SECS, PREFIX, OomCheck, State, WriteCheck, oom_test, write_check_test
 from helpers import dump_state
 from redis_work_queue import (
+    AsyncWorkQueue,
     Event,
     InvalidArgumentError,
     Item,
@@ -27,6 +30,7 @@ from redis_work_queue import (
 )
 from redis_work_queue.errors import InvalidArgumentTypeError
 from redis_work_queue.keyprefix import QueueKeys
+from servers import Cluster
 from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("ev{t}")
@@ -61,14 +65,14 @@ def test_each_change_appends_its_event(queue: WorkQueue, db: redis.Redis) -> Non
         ("added", "a", None, None),
         ("added", "b", None, None),
         ("leased", "a", 1, None),
-        ("completed", "a", None, None),
+        ("completed", "a", 1, None),
         ("leased", "b", 1, None),
         ("failed", "b", 1, "boom"),
         ("retried", "b", 1, None),
         ("leased", "b", 2, None),
         ("failed", "b", 2, "again"),
         ("dead", "b", 2, "again"),
-        ("requeued", "b", None, None),
+        ("requeued", "b", 2, None),
         ("added", "c", None, None),
         ("promoted", "c", None, None),
         ("cancelled", "c", None, None),
@@ -161,6 +165,56 @@ def test_block_waits_for_a_new_event(queue: WorkQueue, db: redis.Redis) -> None:
     assert [e.kind for e in found] == ["added"]
 
 
+def test_events_on_a_cluster_with_a_tag(cluster: Cluster, cluster_db: RedisCluster) -> None:
+    """Every script's stream entry lands in the queue's slot, on the sync and asyncio API; a
+    blocked read is woken by a change."""
+    queue = WorkQueue(KeyPrefix("{evc}"), events=True, max_deliveries=1)
+    queue.add_items(cluster_db, [Item(b"a", id="a"), Item(b"b", id="b")])
+    assert queue.complete(cluster_db, lease(queue, cluster_db))
+    assert queue.release(cluster_db, lease(queue, cluster_db), reason="no") is True
+    assert queue.state(cluster_db, "b").state == "dead"
+    assert queue.retry(cluster_db, "b")
+    queue.add_item(cluster_db, Item(b"c", id="c"), delay=60)
+    assert queue.promote(cluster_db, "c") and queue.cancel(cluster_db, "c")
+    queue.light_clean(cluster_db)
+    queue.deep_clean(cluster_db)
+    want = [
+        ("added", "a", None, None),
+        ("added", "b", None, None),
+        ("leased", "a", 1, None),
+        ("completed", "a", 1, None),
+        ("leased", "b", 1, None),
+        ("failed", "b", 1, "no"),
+        ("dead", "b", 1, "no"),
+        ("requeued", "b", 1, None),
+        ("added", "c", None, None),
+        ("promoted", "c", None, None),
+        ("cancelled", "c", None, None),
+    ]
+    assert kinds(queue, cluster_db) == want
+    assert cluster_db.xlen("{evc}:events") == len(want)
+    timer = threading.Timer(0.3, lambda: queue.add_item(cluster_db, Item(b"n", id="n")))
+    timer.start()
+    try:
+        found = list(queue.events(cluster_db, since="$", block=5))
+    finally:
+        timer.join()
+    assert [(e.kind, e.id) for e in found] == [("added", "n")]
+
+    async def scenario() -> list[tuple[str, str]]:
+        db = cluster.async_client()
+        try:
+            await db.initialize()
+            aqueue = AsyncWorkQueue(KeyPrefix("{evc}"), events=True)
+            item = await aqueue.lease(db, 30, block=False)
+            assert item is not None and await aqueue.complete(db, item)
+            return [(e.kind, e.id) async for e in aqueue.events(db, since=found[-1].event_id)]
+        finally:
+            await db.aclose()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == [("leased", "b"), ("completed", "b")]
+
+
 @pytest.mark.parametrize(
     ("options", "error"),
     [
@@ -217,6 +271,33 @@ def test_rwq_events(real_db: redis.Redis, redis_url: str) -> None:
     assert result.returncode == 0 and "completed a" in result.stdout
     result = rwq("--url", redis_url, "events", "cli", "--since", rows[1]["event_id"])
     assert result.stdout.count("\n") == 1 and "completed" in result.stdout
+
+
+def test_rwq_changes_are_on_the_stream_of_a_queue_with_events(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """``rwq`` cannot know the application's events setting: a command that changes items reads
+    ``P:events`` and, when it holds a stream, appends its changes, never trimming below the
+    stream's length; on a queue without a stream it writes none."""
+    queue = WorkQueue(KeyPrefix("rq"), events=True, events_maxlen=20_000, max_deliveries=1)
+    queue.add_items(real_db, [Item(b"x", id=f"old{k}") for k in range(12_000)])
+    queue.add_item(real_db, Item(b"d", id="d"), delay=600)
+    queue.add_item(real_db, Item(b"c", id="c"))
+    queue.release(real_db, lease(queue, real_db), reason="no")  # old0 dies
+    since = list(queue.events(real_db, since="0"))[-1].event_id
+    for command in (("promote", "rq", "d"), ("cancel", "rq", "c"), ("retry", "rq", "old0")):
+        result = rwq("--url", redis_url, *command)
+        assert result.returncode == 0, result.stderr
+    assert kinds(queue, real_db, since=since) == [
+        ("promoted", "d", None, None),
+        ("cancelled", "c", None, None),
+        ("requeued", "old0", 1, None),
+    ]
+    assert real_db.xlen("rq:events") > 12_000  # the default cap did not trim it
+    plain = WorkQueue(KeyPrefix("rqplain"))
+    plain.add_item(real_db, Item(b"c", id="c"))
+    assert rwq("--url", redis_url, "cancel", "rqplain", "c").returncode == 0
+    assert real_db.exists("rqplain:events") == 0
 
 
 # The shared tables: the operations of a queue with events on ------------------------------------

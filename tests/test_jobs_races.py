@@ -24,6 +24,8 @@ pytestmark = pytest.mark.slow
 PREFIX = "jrace"
 LEASE_SECS = 0.3
 DEADLINE_SECS = 60.0
+#: Each race runs this many times, with other seeds.
+ROUNDS = (0, 1, 2)
 
 
 def _text(value: bytes | str) -> str:
@@ -83,12 +85,15 @@ class Run:
         assert self.twice == [] and self.leased_and_queued == []
 
 
-def test_cancel_against_leases_completions_and_cleans(bytes_backend: Backend) -> None:
+@pytest.mark.parametrize("round_no", ROUNDS)
+def test_cancel_against_leases_completions_and_cleans(
+    bytes_backend: Backend, round_no: int
+) -> None:
     """No cancelled item is handed out after its cancel returned; every item ends completed
-    once or cancelled, never both."""
+    once or cancelled, never both; the event stream (events on) says so once per item."""
     total = 600
     run = Run(bytes_backend)
-    queue = WorkQueue(KeyPrefix(PREFIX))
+    queue = WorkQueue(KeyPrefix(PREFIX), events=True, events_maxlen=100_000)
     db = bytes_backend.client()
     ids = [str(i) for i in range(total)]
     queue.add_items(db, [Item(b"x", id=i) for i in ids[: total // 2]], unique=True)
@@ -135,8 +140,9 @@ def test_cancel_against_leases_completions_and_cleans(bytes_backend: Backend) ->
         with run.lock:
             return len(set(completed) | set(cancelled)) == total
 
-    workers = [lambda s=s: worker(s) for s in range(3)]
-    cancellers = [lambda s=s: canceller(s) for s in (7, 8)]
+    seed = 10 * round_no
+    workers = [lambda s=s: worker(seed + s) for s in range(3)]
+    cancellers = [lambda s=s: canceller(seed + s) for s in (7, 8)]
     threads = run.start([*workers, *cancellers, cleaner, run.monitor])
     run.finish(threads, accounted)
     assert late == []
@@ -144,13 +150,22 @@ def test_cancel_against_leases_completions_and_cleans(bytes_backend: Backend) ->
     assert all(n == 1 for n in completed.values())
     assert queue.counts(db).cancelled == len(cancelled)
     assert db.keys(f"{PREFIX}:item:*") == []
+    ends: Counter[tuple[str, str]] = Counter(
+        (e.kind, e.id) for e in queue.events(db) if e.kind in ("completed", "cancelled")
+    )
+    assert ends == Counter(
+        [("completed", i) for i in completed] + [("cancelled", i) for i in cancelled]
+    )
 
 
+@pytest.mark.parametrize("round_no", ROUNDS)
 def test_result_waits_against_completions_and_deaths(
-    bytes_backend: Backend, monkeypatch: pytest.MonkeyPatch
+    bytes_backend: Backend, monkeypatch: pytest.MonkeyPatch, round_no: int
 ) -> None:
-    """Each waiter gets its item's result, or ItemDeadError for one that died."""
-    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 0.2)
+    """Each waiter gets its item's result, or ItemDeadError for one that died (released, or
+    abandoned and buried by a light clean as its lease ran out), woken by the completing or the
+    dead-lettering script (a slice of the wait outlasts the run)."""
+    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 120.0)
     total = 120
     run = Run(bytes_backend)
     queue = WorkQueue(KeyPrefix(PREFIX), max_deliveries=1, keep_results=60)
@@ -169,21 +184,33 @@ def test_result_waits_against_completions_and_deaths(
     def worker(seed: int) -> None:
         conn, rng = bytes_backend.client(), random.Random(seed)
         while not run.stop.is_set():
-            item = queue.lease(conn, 30, block=True, timeout=0.05)
+            item = queue.lease(conn, LEASE_SECS, block=True, timeout=0.05)
             if item is None:
                 continue
-            if rng.random() < 0.3:
-                assert queue.release(conn, item, reason=f"no {item.id()}")
-                fates[item.id()] = "dead"
+            pick = rng.random()
+            if pick < 0.15:
+                fates[item.id()] = "expired"  # abandoned: the light clean buries it
+            elif pick < 0.4:
+                released = queue.release(conn, item, reason=f"no {item.id()}")
+                fates[item.id()] = "dead" if released else "expired"  # its lease ran out first
             else:
-                assert queue.complete(conn, item, result=f"r{item.id()}".encode())
-                fates[item.id()] = "done"
+                # (A completion does not need the lease: it lands unless a clean buried it.)
+                done = queue.complete(conn, item, result=f"r{item.id()}".encode())
+                fates[item.id()] = "done" if done else "expired"
+
+    def cleaner() -> None:
+        conn = bytes_backend.client()
+        while not run.stop.is_set():
+            queue.light_clean(conn)
+            time.sleep(0.05)
 
     waiters = [threading.Thread(target=waiter, args=(i,), daemon=True) for i in ids]
     for thread in waiters[: total // 2]:  # half wait before the item exists
         thread.start()
     queue.add_items(db, [Item(b"x", id=i) for i in ids], unique=True)
-    threads = run.start([*(lambda s=s: worker(s) for s in range(3)), run.monitor])
+    seed = 10 * round_no
+    workers = [lambda s=s: worker(seed + s) for s in range(3)]
+    threads = run.start([*workers, cleaner, run.monitor])
     for thread in waiters[total // 2 :]:
         thread.start()
     for thread in waiters:
@@ -193,11 +220,15 @@ def test_result_waits_against_completions_and_deaths(
         got = outcomes[item_id]
         if fates[item_id] == "done":
             assert got == f"r{item_id}".encode()
-        else:
+        elif fates[item_id] == "dead":
             assert isinstance(got, ItemDeadError) and got.reason == f"no {item_id}"
+        else:
+            assert isinstance(got, ItemDeadError) and got.reason == "lease expired"
+    assert "expired" in fates.values(), "control: some leases ran out"
 
 
-def test_promote_against_the_lease_s_own_promotion(bytes_backend: Backend) -> None:
+@pytest.mark.parametrize("round_no", ROUNDS)
+def test_promote_against_the_lease_s_own_promotion(bytes_backend: Backend, round_no: int) -> None:
     """Items falling due while a promoter promotes them by id: each is handed out and
     completed once, never queued twice."""
     total = 400
@@ -205,7 +236,7 @@ def test_promote_against_the_lease_s_own_promotion(bytes_backend: Backend) -> No
     queue = WorkQueue(KeyPrefix(PREFIX))
     db = bytes_backend.client()
     ids = [str(i) for i in range(total)]
-    rng = random.Random(3)
+    rng = random.Random(3 + round_no)
     for item_id in ids:
         queue.add_item(db, Item(b"x", id=item_id), delay=rng.uniform(0.01, 0.5))
     completed: Counter[str] = Counter()
@@ -226,7 +257,9 @@ def test_promote_against_the_lease_s_own_promotion(bytes_backend: Backend) -> No
             if queue.promote(conn, item_id):
                 promoted.append(item_id)
 
-    threads = run.start([worker, worker, lambda: promoter(1), lambda: promoter(2), run.monitor])
+    seed = 10 * round_no
+    promoters = [lambda: promoter(seed + 1), lambda: promoter(seed + 2)]
+    threads = run.start([worker, worker, *promoters, run.monitor])
     run.finish(threads, lambda: len(completed) == total)
     assert all(n == 1 for n in completed.values())
     assert promoted, "control: the promoter acted"

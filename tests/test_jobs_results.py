@@ -31,6 +31,7 @@ from redis_work_queue import (
     WorkQueue,
 )
 from redis_work_queue.keyprefix import QueueKeys
+from redis_work_queue.ops import jobs
 from redis_work_queue.runner import report_progress
 from servers import Proc
 from test_runner import KINDS, QUICK
@@ -95,6 +96,95 @@ def test_result_of_a_dead_item_raises(db: redis.Redis, queue: WorkQueue) -> None
     with pytest.raises(ItemDeadError, match="broken") as raised:
         queue.result(db, "d", timeout=5)
     assert (raised.value.item_id, raised.value.reason) == ("d", "broken")
+
+
+def test_result_wakes_as_the_item_dies(
+    db: redis.Redis, queue: WorkQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead-lettering script writes a failure record to the key the waiters block on: they
+    wake as the item dies (a release, or a light clean of a lease run out), not at the end of a
+    slice; a retry drops the record, and the next wait gets the new try's result."""
+    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 60.0)
+    queue.add_items(db, [Item(b"r", id="r"), Item(b"x", id="x")])
+    outcomes: dict[str, list[Any]] = {"r": [], "x": []}
+
+    def wait(item_id: str) -> None:
+        try:
+            outcomes[item_id].append(queue.result(db, item_id, 30))
+        except ItemDeadError as err:
+            outcomes[item_id].append(err)
+
+    waiters = [threading.Thread(target=wait, args=(i,), daemon=True) for i in "rrx"]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.3)
+    r = lease(db, queue)
+    lease(db, queue, secs=0.05)  # x
+    begun = time.monotonic()
+    assert queue.release(db, r, reason="broken") is True
+    time.sleep(0.1)  # x's lease runs out: the light clean buries it
+    queue.light_clean(db)
+    for waiter in waiters:
+        waiter.join(timeout=10)
+    assert time.monotonic() - begun < 2  # woken by the deaths, not at the end of a slice
+    assert [(e.item_id, e.reason) for e in outcomes["r"]] == [("r", "broken")] * 2
+    assert [(e.item_id, e.reason) for e in outcomes["x"]] == [("x", "lease expired")]
+    assert db.lrange(KEYS.result("r"), 0, -1) in ([b"dbroken"], ["dbroken"])
+    assert 0 < db.pttl(KEYS.result("r")) <= 60_000
+    assert queue.state(db, "r").state == "dead"
+    # A retry drops the record: a wait waits for the new try.
+    assert queue.retry(db, "r") is True
+    assert db.exists(KEYS.result("r")) == 0
+    with pytest.raises(ResultTimeoutError, match="queued"):
+        queue.result(db, "r", timeout=0.2)
+    assert queue.complete(db, lease(db, queue), result=b"fixed") is True
+    assert queue.result(db, "r", timeout=5) == b"fixed"
+
+
+def test_a_sharded_queue_s_waiter_wakes_as_the_item_dies(
+    db: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "RESULT_SLICE_SECS", 60.0)
+    queue = WorkQueue(KeyPrefix("jrs"), shards=3, keep_results=60, max_deliveries=1)
+    queue.add_item(db, Item(b"s", id="s"))
+    got: list[Any] = []
+
+    def wait() -> None:
+        try:
+            got.append(queue.result(db, "s", 30))
+        except ItemDeadError as err:
+            got.append(err)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    begun = time.monotonic()
+    assert queue.release(db, lease(db, queue), reason="shard broke") is True
+    waiter.join(timeout=10)
+    assert time.monotonic() - begun < 2
+    assert [(e.item_id, e.reason) for e in got] == [("s", "shard broke")]
+
+
+def test_an_id_added_again_after_its_death_is_waited_for(db: redis.Redis, queue: WorkQueue) -> None:
+    """The failure record of an earlier death does not end a wait on the id added again (its
+    dead letter still there): the wait reads the state until its timeout."""
+    queue.add_item(db, Item(b"1", id="again"))
+    queue.release(db, lease(db, queue), reason="first try")
+    assert db.lindex(KEYS.result("again"), 0) in (b"dfirst try", "dfirst try")
+    assert queue.add_item(db, Item(b"2", id="again"))
+    assert queue.state(db, "again").state == "queued"
+    begun = time.monotonic()
+    with pytest.raises(ResultTimeoutError, match="queued"):
+        queue.result(db, "again", timeout=1.2)
+    assert time.monotonic() - begun >= 1.2
+
+
+def test_a_queue_without_results_keeps_no_failure_record(db: redis.Redis) -> None:
+    plain = WorkQueue(KeyPrefix("nr"), max_deliveries=1)
+    plain.add_item(db, Item(b"d", id="d"))
+    plain.release(db, lease(db, plain), reason="no")
+    assert plain.state(db, "d").state == "dead"
+    assert db.exists("nr:result:d") == 0
 
 
 def test_result_times_out(db: redis.Redis, queue: WorkQueue) -> None:
@@ -205,15 +295,18 @@ def test_results_and_progress_on_a_cluster(cluster_db: RedisCluster) -> None:
 
 
 def make_worker(kind: str, url: str, queue_name: str) -> Any:
+    options: dict[str, Any] = {"max_deliveries": 1, "keep_results": 60, "events": True}
     if kind == "asyncio":
-        aqueue = AsyncWorkQueue(KeyPrefix(queue_name), max_deliveries=1, keep_results=60)
+        aqueue = AsyncWorkQueue(KeyPrefix(queue_name), **options)
         return AsyncWorker(url, [aqueue], jobs_handlers.acompute, **QUICK)
-    squeue = WorkQueue(KeyPrefix(queue_name), max_deliveries=1, keep_results=60)
+    squeue = WorkQueue(KeyPrefix(queue_name), **options)
     return Worker(url, [squeue], jobs_handlers.compute, processes=kind == "processes", **QUICK)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_runner_keeps_the_handler_s_result_and_progress(server: Proc, kind: str) -> None:
+    """The runner keeps results and progress; its queue's events (events=True) are written by
+    the runner's own calls too, its worker processes' included."""
     db = server.client()
     name = "jrr"
     queue = WorkQueue(KeyPrefix(name), keep_results=60)
@@ -262,6 +355,11 @@ def test_the_runner_keeps_the_handler_s_result_and_progress(server: Proc, kind: 
         thread.join(timeout=60)
     assert "error" not in out, out
     assert out["stats"].completed == 4 and out["stats"].failed == 1
+    ends = {(e.kind, e.id, e.delivery) for e in queue.events(db) if e.kind != "added"}
+    done = {"json", "bytes", "str", "none"}
+    assert ends == {(k, i, 1) for i in done | {"bad"} for k in ("leased", "completed")} - {
+        ("completed", "bad", 1)
+    } | {("failed", "bad", 1), ("dead", "bad", 1)}
 
 
 # The shared tables ------------------------------------------------------------------------------
@@ -275,8 +373,14 @@ def _complete_kept(s: State) -> Any:
     return q().complete(s.db, s.held, result=b"kept")
 
 
+def _bury_kept(s: State) -> Any:
+    return WorkQueue(PREFIX, max_deliveries=1, keep_results=300).release(s.db, s.held, reason="x")
+
+
 WRITE_CHECKS = [
     WriteCheck("complete-result", "held", _complete_kept, covers="complete"),
+    WriteCheck("release-result", "held", _bury_kept),
+    WriteCheck("retry-result", "dead1", lambda s: q().retry(s.db, "dead1")),
     WriteCheck("report_progress", "held", lambda s: q().report_progress(s.db, s.held, {"done": 1})),
 ]
 OOM_CHECKS = [
@@ -286,6 +390,12 @@ OOM_CHECKS = [
         covers="complete",
     ),
     OomCheck("report_progress", lambda queue, db, held: queue.report_progress(db, held, 1)),
+    OomCheck(
+        "release-result",
+        lambda queue, db, held: type(queue)(PREFIX, max_deliveries=1, keep_results=300).release(
+            db, held, reason="r"
+        ),
+    ),
 ]
 test_results_check_types_before_writing = write_check_test(WRITE_CHECKS)
 test_results_out_of_memory = oom_test(OOM_CHECKS)

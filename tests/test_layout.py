@@ -84,7 +84,7 @@ def test_the_tables_made_from_the_rows() -> None:
 
 
 #: The fields of a script's queue table that are no key of the layout (see queue.lua, wake.lua).
-QUEUE_FIELDS = {"index", "prefix", "waiting_pttl", "event_cap"}
+QUEUE_FIELDS = {"index", "prefix", "waiting_pttl", "event_cap", "keep"}
 
 
 def test_the_scripts_name_exactly_the_rows_marked_for_them() -> None:

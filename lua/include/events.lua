@@ -1,11 +1,12 @@
 -- events: the queue's event stream. With events on (WorkQueue(..., events=True)), every script
 -- that changes an item appends one entry per change to P:events, in the same call: its kind
 -- (added, leased, completed, failed, retried, dead, expired, requeued, cancelled, promoted), the
--- item's id, and its delivery count and reason where they are known. The stream is capped near
--- the queue's events_maxlen entries (XADD MAXLEN ~). With events off, nothing is written.
+-- item's id, its delivery count (every kind but added, when the item has been delivered) and the
+-- reason of a failure. The stream is capped near the queue's events_maxlen entries (XADD MAXLEN
+-- ~). With events off, nothing is written.
 --#include queue.lua
 -- Keys: P:events (type-checked by check_types when events are on).
--- Defines: emit.
+-- Defines: emit, delivery_of.
 -- Keeps: a queue with events off writes no stream; an entry is written in the call that makes
 -- the change it reports.
 
@@ -24,4 +25,14 @@ local function emit(q, kind, id, delivery, reason)
     fields[#fields + 1] = reason
   end
   redis.call('XADD', q.events, 'MAXLEN', '~', q.event_cap, '*', unpack(fields))
+end
+
+-- The delivery count of id for its event, read from P:deliveries (nil: never delivered, or
+-- events off: then nothing is read). The caller has type-checked P:deliveries, and reads it
+-- before its own writes drop the count.
+local function delivery_of(q, id)
+  if not q.event_cap then
+    return nil
+  end
+  return redis.call('HGET', q.deliveries, id) or nil
 end

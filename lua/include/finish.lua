@@ -117,6 +117,11 @@ local function finish(q, ids, checked)
   if #doomed > 0 then
     redis.call('DEL', unpack(doomed))
   end
+  -- The delivery counts of the events, read before they are dropped.
+  local deliveries = {}
+  if q.event_cap and SIZES[q.deliveries] ~= 0 then
+    deliveries = redis.call('HMGET', q.deliveries, unpack(ids))
+  end
   -- (A bookkeeping hash found empty by the checks has nothing to drop.)
   if SIZES[q.deliveries] ~= 0 then
     redis.call('HDEL', q.deliveries, unpack(ids))
@@ -141,7 +146,7 @@ local function finish(q, ids, checked)
   if q.event_cap then
     for j, id in ipairs(ids) do
       if done[j] == 1 then
-        emit(q, 'completed', id)
+        emit(q, 'completed', id, deliveries[j] or nil)
       end
     end
   end

@@ -31,16 +31,27 @@ local LAZY = {
 -- check_types.
 local EVENTED = {}
 
--- ARGV[i] is the prefix, or, with events on, NUL, the stream's cap, NUL, then the prefix (no
--- queue name starts with NUL). event_cap is false with events off.
+-- ARGV[i] is the prefix, or, with events on or results kept, NUL, the settings, NUL, then the
+-- prefix (no queue name starts with NUL): the settings are the stream's cap (empty with events
+-- off), then, with results kept, ':' and how long they are kept in ms. event_cap is false with
+-- events off, keep false without results kept.
 local function queue_at(i)
-  local prefix, cap = ARGV[i], false
+  local prefix, cap, keep = ARGV[i], false, false
   if string.byte(prefix, 1) == 0 then
     local stop = string.find(prefix, '\0', 2, true)
     cap = string.sub(prefix, 2, stop - 1)
     prefix = string.sub(prefix, stop + 1)
+    local colon = string.find(cap, ':', 1, true)
+    if colon then
+      keep = string.sub(cap, colon + 1)
+      cap = string.sub(cap, 1, colon - 1)
+    end
+    if cap == '' then
+      cap = false
+    end
   end
-  local q = setmetatable({index = i, queue = KEYS[i], prefix = prefix, event_cap = cap}, LAZY)
+  local q = {index = i, queue = KEYS[i], prefix = prefix, event_cap = cap, keep = keep}
+  setmetatable(q, LAZY)
   if cap then
     EVENTED[#EVENTED + 1] = q
   end

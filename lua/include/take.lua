@@ -1,10 +1,13 @@
 -- take: hand items out, or bury them in the dead-letter store.
 --#include queue.lua
 --#include events.lua
--- Keys: P:item:<id>, P:lease:<id>, P:deliveries, P:reasons, P:dead, P:dead:<id>.
+-- Keys: P:item:<id>, P:lease:<id>, P:deliveries, P:reasons, P:dead, P:dead:<id>, and with
+-- results kept P:result:<id>.
 -- Defines: bury, bury_keys, take.
 -- Keeps: an item is never handed out more than max deliveries times; a buried item keeps its
--- data, delivery count and reason.
+-- data, delivery count and reason; with results kept (keep_results), its result key holds its
+-- failure record ('d' then the reason) as long as a result is kept, so that a caller blocked on
+-- it (result()) wakes as it dies.
 
 -- Move an item to the dead-letter store: its data, delivery count and reason are kept under a key
 -- outside P:item:*, so no cleaner of any implementation brings it back. The caller checks the dead
@@ -15,6 +18,12 @@ local function bury(q, id, data, deliveries, reason, now)
   redis.call('HSET', key, 'data', data, 'deliveries', deliveries, 'reason', reason or '')
   redis.call('ZADD', q.dead, now, id)
   redis.call('DEL', q.item .. id, q.lease .. id)
+  if q.keep then
+    local result = q.result .. id
+    redis.call('DEL', result)
+    redis.call('RPUSH', result, 'd' .. (reason or ''))
+    redis.call('PEXPIRE', result, q.keep)
+  end
   forget(q, id)
   count(q, 'dead')
   emit(q, 'dead', id, deliveries, reason)
@@ -23,19 +32,22 @@ end
 -- The keys that burying ids would write (those of ids whose delivery count, as read from
 -- P:deliveries, has reached max), as arguments of check_types or wrong_type.
 local function bury_keys(q, ids, counts, max)
-  local letters = {}
+  local letters, results = {}, {}
   if max > 0 then
     for i, id in ipairs(ids) do
       if tonumber(counts[i] or '0') >= max then
         letters[#letters + 1] = q.dead_item .. id
+        if q.keep then
+          results[#results + 1] = q.result .. id
+        end
       end
     end
   end
   if #letters > 0 then
     letters[#letters + 1] = q.counts
-    return 'zset', {q.dead}, 'hash', letters
+    return 'zset', {q.dead}, 'hash', letters, 'list', results
   end
-  return 'zset', {}, 'hash', letters
+  return 'zset', {}, 'hash', letters, 'list', results
 end
 
 -- Hand out an id just taken off the main queue (data: its data key's value, read before the id

@@ -47,9 +47,10 @@ from .extras import extra_needed
 from .flow import RateLimit
 from .health import live_workers
 from .keyprefix import KeyPrefix, QueueKeys
+from .ops import events as events_ops
 from .ops import schedules as schedule_ops
 from .results import CleanProgress, CleanReport
-from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs
+from .validation import MAX_REFRESH_SECS, MIN_REFRESH_SECS, check_refresh_secs, decode
 from .workqueue import WorkQueue
 
 EXIT_OK = 0
@@ -155,12 +156,26 @@ KEY_TYPES = layout.KEY_TYPES
 _WRONGTYPE = re.compile(r"WRONGTYPE (?P<key>.+?) holds an? (?P<found>\w+), not an? (?P<kind>\w+)")
 
 
-def _queue(args: argparse.Namespace, name: str) -> WorkQueue:
+def _queue(args: argparse.Namespace, name: str, db: Any = None) -> WorkQueue:
+    """The queue ``name`` as the options make it.
+
+    Given ``db`` (a command that changes items), with events on when ``P:events`` holds a
+    stream, so that its changes are on the stream too.
+    """
+    shards = getattr(args, "shards", 1) or 1
+    before = tuple(getattr(args, "shards_before", None) or ())
+    cap = None
+    if db is not None and shards == 1 and not before:
+        stream = QueueKeys(KeyPrefix(name)).events
+        kind = db.type(stream)
+        cap = events_ops.found_cap(kind, db.xlen(stream) if decode(kind) == "stream" else 0)
     return WorkQueue(
         KeyPrefix(name),
         getattr(args, "max_deliveries", None),
-        shards=getattr(args, "shards", 1) or 1,
-        shards_before=tuple(getattr(args, "shards_before", None) or ()),
+        shards=shards,
+        shards_before=before,
+        events=cap is not None,
+        events_maxlen=cap or events_ops.EVENTS_MAXLEN,
     )
 
 
@@ -227,7 +242,7 @@ def _clean(kind: str) -> Callable[[argparse.Namespace, Any], int]:
     def run(args: argparse.Namespace, db: Any) -> int:
         reports: dict[str, dict[str, int]] = {}
         for name in args.queues:
-            queue = _queue(args, name)
+            queue = _queue(args, name, db)
             report: CleanReport
             if kind == "deep_clean":
                 progress = Progress(name)
@@ -411,7 +426,7 @@ def _dead_action(args: argparse.Namespace, db: Any, queue: WorkQueue) -> int:
 
 
 def _dead_letters(args: argparse.Namespace, db: Any) -> int:
-    queue = _queue(args, args.queue)
+    queue = _queue(args, args.queue, db)
     if args.requeue is not None or args.purge is not None:
         return _dead_action(args, db, queue)
     # The listing shows the first characters of each: a preview is read, not the whole data.
@@ -450,7 +465,7 @@ def _worker(args: argparse.Namespace, db: Any) -> int:
     where: Target = args.target
     try:
         handler = load_handler(args.handler)
-        queues = [_queue(args, name) for name in args.queues]
+        queues = [_queue(args, name, db) for name in args.queues]
         source: Any = where.url
         if where.kind == "cluster" and args.processes:
             # Each worker process makes its own cluster client from the URL.
@@ -1009,7 +1024,7 @@ _ACTIONS = {
 
 
 def _act(args: argparse.Namespace, db: Any) -> int:
-    queue = _queue(args, args.queue)
+    queue = _queue(args, args.queue, db)
     method = getattr(queue, args.command)
     done: list[str] = []
     missed: list[str] = []

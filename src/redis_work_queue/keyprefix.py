@@ -187,14 +187,22 @@ class QueueKeys:
 
     __slots__ = ("prefix", "script_args", "script_keys", "slot_keys", *layout.ATTRIBUTES)
 
-    def __init__(self, prefix: KeyPrefix, events_maxlen: int | None = None) -> None:
+    def __init__(
+        self, prefix: KeyPrefix, events_maxlen: int | None = None, keep_results_ms: int = 0
+    ) -> None:
         r"""Name the keys of the queue ``prefix``.
 
         Args:
             prefix: The queue's key prefix.
-            events_maxlen: With events on (see :mod:`~.ops.events`), the cap of ``P:events``:
-                the scripts' argument then carries it before the prefix (``\\0<cap>\\0<prefix>``,
-                read by ``lua/include/queue.lua``). None: events off, the argument is the prefix.
+            events_maxlen: With events on (see :mod:`~.ops.events`), the cap of ``P:events``.
+                None: events off.
+            keep_results_ms: With ``keep_results``, how long a result (or a dead item's
+                failure record) is kept, in ms; 0: results are not kept.
+
+        With events on or results kept, the scripts' argument carries the settings before the
+        prefix (``\\0<cap>\\0<prefix>``, ``\\0:<keep ms>\\0<prefix>`` or
+        ``\\0<cap>:<keep ms>\\0<prefix>``, read by ``lua/include/queue.lua``); otherwise it is
+        the prefix alone.
 
         Raises:
             InvalidArgumentError: The name clashes with another queue's keys (see
@@ -204,7 +212,10 @@ class QueueKeys:
         for attribute, suffix in _SUFFIXES:
             setattr(self, attribute, name + suffix)
         self.script_keys = (self.queue,)
-        self.script_args = (name,) if events_maxlen is None else (f"\0{events_maxlen}\0{name}",)
+        settings = ("" if events_maxlen is None else str(events_maxlen)) + (
+            f":{keep_results_ms}" if keep_results_ms else ""
+        )
+        self.script_args = (f"\0{settings}\0{name}",) if settings else (name,)
         self.slot_keys = tuple(getattr(self, attribute) for attribute in _FIXED)
 
     def item(self, item_id: str) -> str:

@@ -16,6 +16,7 @@ from .keyprefix import KeyPrefix, QueueKeys
 from .ops import QueueOps
 from .ops.events import EVENTS_MAXLEN, check_events
 from .ops.sharded import ShardedOps
+from .validation import to_ms
 
 
 class QueueBase:
@@ -94,7 +95,8 @@ class QueueBase:
         self.ops: QueueOps
         cap = check_events(events, events_maxlen, shards != 1 or bool(shards_before))
         if shards == 1 and not shards_before:
-            self.keys = QueueKeys(name, cap)
+            keep_ms = 0 if keep_results is None else to_ms(keep_results, "keep_results")
+            self.keys = QueueKeys(name, cap, keep_ms)
             self.ops = QueueOps(self.keys, max_deliveries, replicas, replica_timeout, keep_results)
         else:
             self.ops = ShardedOps(

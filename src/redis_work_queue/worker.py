@@ -365,6 +365,7 @@ class Worker(Shell):
                     q.shards,
                     q.shards_before,
                     q.group_concurrency,
+                    q.events_maxlen,
                 )
                 for q in self.queues
             ),

@@ -4,7 +4,9 @@
 ``?view=workers``), ``GET /api/overview`` every queue's counts (and one queue's recent samples),
 ``GET /api/queue?name=...`` one queue's waiting items, leases, dead letters and workers (with
 ``&tab=waiting|leased|delayed|dead&page=N``: one page of that tab), ``GET /api/job?name=&id=``
-one job, ``GET /api/workers`` the live workers of every queue shown and the queues' job
+one job, ``GET /api/live?name=&since=`` the events of a queue made with ``events=True`` (one
+bounded blocking read: the page redraws as they come, and polls a queue without events),
+``GET /api/workers`` the live workers of every queue shown and the queues' job
 durations, ``GET /api/data`` one item's whole data, and ``POST /api/action`` an action on one
 queue or one job (only when actions are enabled, and only with the page's CSRF token). Redis
 being unreachable is answered with status 503 and an error the page shows in a banner; the next
@@ -303,6 +305,24 @@ async def job_detail(request: Request) -> Response:
     return await _on_queue(state, name, work)
 
 
+async def live(request: Request) -> Response:
+    """The live feed of one queue: ``?name=<queue>&since=<event id or $>``.
+
+    One bounded blocking read of the queue's event stream (see ``data.live_events``): the page
+    redraws when events come; ``live`` false (a queue made without events) tells it to poll.
+    """
+    state = _state(request)
+    name = request.query_params.get("name", "")
+    since = request.query_params.get("since", "$")
+    if since != "$" and not data.EVENT_ID.fullmatch(since):
+        return _json({"ok": False, "error": "since must be an event id or $"}, 400)
+
+    async def work() -> dict[str, Any]:
+        return {"ok": True, **(await data.live_events(state.db, name, since))}
+
+    return await _on_queue(state, name, work)
+
+
 async def workers(request: Request) -> Response:
     """The live workers of every queue shown, each once."""
     state = _state(request)
@@ -432,7 +452,7 @@ async def action(request: Request) -> Response:
         return _json({"ok": False, "error": str(err)}, err.status)
 
     async def work() -> dict[str, Any]:
-        queue = AsyncWorkQueue(KeyPrefix(name))
+        queue = await data.acting_queue(state.db, name)
         if kind == "requeue":
             message = f"requeued {plural(await queue.requeue_dead(state.db, ids), 'dead letter')}"
         elif kind == "purge":
@@ -676,6 +696,7 @@ def create_app(settings: DashboardSettings, db: AsyncRedis | None = None) -> ASG
             Route("/api/queue", queue_detail),
             Route("/api/data", item_data),
             Route("/api/job", job_detail),
+            Route("/api/live", live),
             Route("/api/workers", workers),
             Route("/api/action", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -7,6 +7,7 @@ dashboard reads exactly what the library's own inspection methods return.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -22,6 +23,7 @@ from ..errors import InvalidArgumentError, WrongKeyTypeError
 from ..health import alive_workers
 from ..keyprefix import KeyPrefix, QueueKeys, check_queue_name
 from ..ops import DeadLetter
+from ..ops import events as events_ops
 from ..ops.schedules import Schedule, listed, schedule_list_call
 from ..transport import arun
 
@@ -376,6 +378,15 @@ TABS = ("waiting", "leased", "delayed", "dead")
 JOB_PREVIEW_BYTES = 4096
 #: Bytes of a job's reason read at most: a longer one is cut (the whole is in the download).
 JOB_REASON_BYTES = 16384
+#: The newest entries of a queue's event stream a job's page looks through for that job's events.
+JOB_EVENTS_SCAN = 1000
+#: A job's events shown at most (its newest).
+JOB_EVENTS_SHOWN = 20
+#: An event id as the live feed takes it (``since``).
+EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
+#: The longest wait of one read of the live feed, in seconds (the client's socket timeout bounds
+#: it further).
+LIVE_WAIT_SECS = 4.0
 #: The highest page number asked for that is still read (a bound on the index, not the reads).
 MAX_PAGE = 10**7
 
@@ -612,6 +623,7 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
     # Where the job is, as the library's job control reads it (one script call).
     found = await AsyncWorkQueue(KeyPrefix(name)).state(db, item_id)
     whole = exists and int(size) <= JOB_PREVIEW_BYTES
+    result = found.result
     first, traceback = split_reason(_text(reason) or "")
     out: dict[str, Any] = {
         "name": name,
@@ -628,6 +640,9 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
         "lease_left": found.lease_left,
         "leased_at": found.leased_at,
         "due_at": found.due_at,
+        "progress": found.progress,
+        "result": None if result is None else preview_of(result, len(result), JOB_PREVIEW_BYTES),
+        "events": await job_events(db, keys, item_id),
         "dead": None,
     }
     if died is not None:
@@ -745,3 +760,67 @@ async def queue_durations(db: AsyncRedis, names: Iterable[str]) -> list[dict[str
                     }
                 )
     return rows
+
+
+def _event_row(name: str, event: events_ops.Event) -> dict[str, Any]:
+    return {"queue": name, **asdict(event)}
+
+
+async def _has_stream(db: AsyncRedis, keys: QueueKeys) -> bool:
+    """Whether the queue keeps an event stream (made with ``events=True``)."""
+    return _text(await db.type(keys.events)) == "stream"
+
+
+async def job_events(db: AsyncRedis, keys: QueueKeys, item_id: str) -> list[dict[str, Any]] | None:
+    """A job's newest events, oldest first; None when its queue keeps no event stream.
+
+    At most :data:`JOB_EVENTS_SHOWN`, found among the newest :data:`JOB_EVENTS_SCAN` entries of
+    the stream (one bounded XREVRANGE).
+    """
+    if not await _has_stream(db, keys):
+        return None
+    entries = await db.xrevrange(keys.events, "+", "-", count=JOB_EVENTS_SCAN)
+    found = [events_ops.parse_event(entry_id, fields) for entry_id, fields in entries or ()]
+    mine = [e for e in found if e.id == item_id][:JOB_EVENTS_SHOWN]
+    return [_event_row(keys.prefix, e) for e in reversed(mine)]
+
+
+async def live_events(db: AsyncRedis, name: str, since: str) -> dict[str, Any]:
+    """The live feed of one queue: the events after ``since``, waiting a bounded time for one.
+
+    One XREAD BLOCK of at most :data:`LIVE_WAIT_SECS` (and the client's socket timeout).
+
+    Args:
+        db: The Redis client.
+        name: The queue's name.
+        since: An event id, or ``"$"`` for the new events only.
+
+    Returns:
+        ``live`` (False: the queue keeps no event stream, nothing was waited for; the page then
+        polls), ``since`` (the id to read after next) and ``events`` (at most one page).
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    if not await _has_stream(db, keys):
+        return {"live": False, "since": since, "events": []}
+    ops = AsyncWorkQueue(KeyPrefix(name)).ops
+    after, found = await arun(db, events_ops.read_events(ops, since, LIVE_WAIT_SECS))
+    return {"live": True, "since": after, "events": [_event_row(name, e) for e in found]}
+
+
+async def acting_queue(db: AsyncRedis, name: str) -> AsyncWorkQueue:
+    """The queue an action changes.
+
+    With events on when its ``P:events`` holds a stream, so that the change is on the stream too
+    (see :func:`~redis_work_queue.ops.events.found_cap`).
+    """
+    keys = QueueKeys(KeyPrefix(name))
+    async with db.pipeline(transaction=False) as pipe:
+        pipe.type(keys.events)
+        pipe.xlen(keys.events)
+        kind, length = await pipe.execute(raise_on_error=False)
+    cap = events_ops.found_cap(kind, length if isinstance(length, int) else 0)
+    return AsyncWorkQueue(
+        KeyPrefix(name),
+        events=cap is not None,
+        events_maxlen=cap or events_ops.EVENTS_MAXLEN,
+    )

@@ -23,7 +23,7 @@ from .registry import operation
 if TYPE_CHECKING:
     from .queue import QueueOps
 
-__all__ = ["EVENTS_MAXLEN", "EVENT_KINDS", "Event", "check_events", "events_cap"]
+__all__ = ["EVENTS_MAXLEN", "EVENT_KINDS", "Event", "check_events", "events_cap", "found_cap"]
 
 #: Where the docs describe the events.
 DOCS = "jobs.md#events"
@@ -65,8 +65,10 @@ class Event:
             found it), ``"requeued"`` (a dead letter back to the queue), ``"cancelled"`` or
             ``"promoted"`` (a delayed item made due now).
         id: The item's id.
-        delivery: The item's delivery count, where the script knew it (leased: this delivery;
-            failed, retried, dead, expired: the delivery that ended), else None.
+        delivery: The item's delivery count: leased, this delivery; completed, failed,
+            retried, dead, expired, requeued (a dead letter's), cancelled and promoted, the
+            delivery that ended or the deliveries so far; None for an item never delivered
+            (and for added).
         reason: The failure's reason (failed, dead, expired), else None.
         event_id: The stream entry's id: pass it as ``since`` to read the events after it.
         at: When it happened, in seconds since the epoch (the server's clock, ms precision).
@@ -116,7 +118,24 @@ def events_cap(keys: QueueKeys) -> int | None:
     head = keys.script_args[0]
     if not head.startswith("\0"):
         return None
-    return int(head[1 : head.index("\0", 1)])
+    cap = head[1 : head.index("\0", 1)].partition(":")[0]
+    return int(cap) if cap else None
+
+
+def found_cap(kind: Any, length: Any) -> int | None:
+    """The cap with which an operator's tool (``rwq``, the dashboard) appends to a queue's events.
+
+    Such a tool does not know the queue's ``events`` setting: it reads ``P:events``. None when
+    the key holds no stream (events off: the tool writes none); else the default cap, or the
+    stream's length when that is longer, so that the tool never trims what the application keeps.
+
+    Args:
+        kind: ``TYPE P:events``.
+        length: ``XLEN P:events`` (read only when it is a stream; else anything).
+    """
+    if decode(kind) != "stream":
+        return None
+    return min(max(EVENTS_MAXLEN, int(length)), MAX_EVENTS_MAXLEN)
 
 
 def _check_since(since: object) -> str:
@@ -147,7 +166,8 @@ def check_block(block: object) -> float | None:
     return float(block)
 
 
-def _event(entry_id: Any, fields: Any) -> Event:
+def parse_event(entry_id: Any, fields: Any) -> Event:
+    """An :class:`Event` from one stream entry (its id and its fields, as a list or a dict)."""
     ident = decode(entry_id)
     if isinstance(fields, dict):
         pairs = {decode(k): decode(v) for k, v in fields.items()}
@@ -196,7 +216,7 @@ def read_events(
         slice_secs = max(min(wait, max_block, EVENTS_SLICE_SECS), 0.001)
         command += ("BLOCK", max(1, round(slice_secs * 1000)))
     reply = yield Command((*command, "STREAMS", key, since), route=key, slot_keys=(key,))
-    found = [_event(entry_id, fields) for entry_id, fields in _entries(reply)]
+    found = [parse_event(entry_id, fields) for entry_id, fields in _entries(reply)]
     return (found[-1].event_id if found else since), found
 
 

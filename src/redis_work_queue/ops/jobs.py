@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from ..calls import Ask, Command, ScriptCall, Steps
+from ..calls import Ask, Command, ScriptCall, Sleep, Steps
 from ..errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -249,6 +249,14 @@ def report_progress(ops: QueueOps, item: Item, progress: object) -> Steps[bool]:
 
 #: The longest single blocking read of a result wait, in seconds.
 RESULT_SLICE_SECS = 5.0
+#: How long a wait pauses between reads of the state while the result key holds the failure
+#: record of an earlier death of an item now alive again (added again under its id).
+STALE_SLICE_SECS = 0.5
+
+
+def _wait_command(key: str, wait: float) -> tuple[str, str, str, float]:
+    """Block until ``key`` holds an entry, and keep it there (any number of callers may wait)."""
+    return ("BRPOPLPUSH", key, key, round(wait, 3))
 
 
 @operation(methods=("result",), scripts=("state",), commands=("BRPOPLPUSH",), docs=DOCS)
@@ -268,6 +276,7 @@ def result(ops: QueueOps, item_id: str, timeout: float | None = None) -> Steps[b
     found = yield from state(ops, item_id)
     key = keys_for(ops, item_id).result(item_id)
     max_block: float | None = None
+    stale = False
     while True:
         if found.state == "completed" and found.result is not None:
             return found.result
@@ -279,8 +288,20 @@ def result(ops: QueueOps, item_id: str, timeout: float | None = None) -> Steps[b
         if max_block is None:
             max_block = float((yield Ask("max_block")))
         wait = max(min(left, max_block, RESULT_SLICE_SECS), 0.01)
-        command = ("BRPOPLPUSH", key, key, round(wait, 3))
-        kept = yield Command(command, route=key, slot_keys=(key,))
-        if kept is not None:
-            return _as_bytes(kept)[1:]
+        if stale:  # the key holds an earlier death's record: it would wake the read at once
+            yield Sleep(min(wait, STALE_SLICE_SECS))
+        else:
+            kept = _as_bytes(
+                (yield Command(_wait_command(key, wait), route=key, slot_keys=(key,))) or b""
+            )
+            if kept[:1] == b"c":
+                return kept[1:]
+            if kept[:1] == b"d":  # the dying script's failure record
+                found = yield from state(ops, item_id)
+                if found.state in ("dead", "gone"):
+                    raise ItemDeadError(
+                        item_id, found.reason or kept[1:].decode(errors="replace") or None
+                    )
+                stale = True
+                continue
         found = yield from state(ops, item_id)

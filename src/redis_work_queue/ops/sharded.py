@@ -209,6 +209,7 @@ class ShardedOps(QueueOps):
         self.shards, self.shards_before = check_shards(logical, shards, shards_before)
         self.name = logical
         options = (max_deliveries, replicas, replica_timeout, keep_results)
+        keep_ms = 0 if keep_results is None else to_ms(keep_results, "keep_results")
         #: Every shard that may hold items: the current count's, by index, then each earlier
         #: count's that are not among them (the unsharded queue, for a count of 1).
         self.shard_ops: list[QueueOps] = []
@@ -220,7 +221,7 @@ class ShardedOps(QueueOps):
             for index in range(count):
                 prefix = shard_prefix(logical, index, count)
                 if prefix not in known:
-                    known[prefix] = QueueOps(QueueKeys(KeyPrefix(prefix)), *options)
+                    known[prefix] = QueueOps(QueueKeys(KeyPrefix(prefix), None, keep_ms), *options)
                     self.shard_ops.append(known[prefix])
                 row.append(known[prefix])
             self.by_count[count] = row

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import WorkerFailedError
 from ..item import Item
 from ..keyprefix import KeyPrefix
+from ..ops.events import EVENTS_MAXLEN
 from ..queue_base import QueueBase
 from .core import Core, Job, WorkerStats
 
@@ -91,14 +92,18 @@ class Fatal:
 Message = JobStarted | JobEnded | JobCancelled | Counts | Fatal
 
 
+#: What a child needs to rebuild one queue (see :attr:`ChildConfig.queues`).
+QueueConfig = tuple[str, int | None, float | None, int, tuple[int, ...], int | None, int | None]
+
+
 @dataclass(frozen=True)
 class ChildConfig:
     """What a child needs to run its worker (sent to it pickled: the handler by name)."""
 
     redis_url: str
-    #: Each queue's name, max deliveries, keep_results, shard count, earlier shard counts and
-    #: group concurrency.
-    queues: tuple[tuple[str, int | None, float | None, int, tuple[int, ...], int | None], ...]
+    #: Each queue's name, max deliveries, keep_results, shard count, earlier shard counts,
+    #: group concurrency and the cap of its event stream (None: events off).
+    queues: tuple[QueueConfig, ...]
     handler: Callable[[Item], Any]
     lease_secs: float
     backoff: float
@@ -351,9 +356,11 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
             keep_results=keep,
             shards=shards,
             shards_before=before,
-            group_concurrency=cap,
+            group_concurrency=groups_cap,
+            events=cap is not None,
+            events_maxlen=cap or EVENTS_MAXLEN,
         )
-        for name, limit, keep, shards, before, cap in config.queues
+        for name, limit, keep, shards, before, groups_cap, cap in config.queues
     ]
     worker = Worker(
         config.redis_url,

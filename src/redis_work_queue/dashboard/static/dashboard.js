@@ -1,5 +1,7 @@
 // rwq dashboard: fetches JSON every few seconds and draws it with DOM text nodes only
-// (item data is never parsed as markup). Actions are POSTs carrying the page's CSRF token.
+// (item data is never parsed as markup). On a queue made with events=True the page follows its
+// event stream (api/live, one bounded blocking read after another) and redraws as events come,
+// polling only every LIVE_POLL_FACTOR refreshes; on a queue without events it polls. Actions are POSTs carrying the page's CSRF token.
 // What is shown is in the URL: ?queue=NAME&tab=waiting|leased|delayed|dead&page=N, ?queue=NAME&job=ID
 // for one job, ?view=workers for the workers of every queue. Links navigate; a refresh redraws.
 "use strict";
@@ -446,14 +448,19 @@
     if (j.leased_at) pairs.push(["leased", when(j.leased_at)]);
     if (state === "delayed") pairs.push(["due", when(j.due_at)]);
     if (j.has_data) pairs.push(["size", `${j.data.size.toLocaleString("en-US")} bytes`]);
+    if (j.progress !== null && j.progress !== undefined) pairs.push(["progress", JSON.stringify(j.progress)]);
     facts($("job-facts"), pairs);
+    $("job-result-box").hidden = !j.result;
+    if (j.result) showData($("job-result"), j.result, null);
+    drawJobEvents(j.events);
     document.body.dataset.jobState = state;
     $("job-reason-box").hidden = !j.reason;
     $("job-reason").textContent = (j.reason || "") + (j.reason_cut ? " (cut)" : "");
     $("job-traceback-box").hidden = !j.traceback;
     $("job-traceback").textContent = j.traceback || "";
     // A dead job's data is its dead letter's (below); a live one's, or "(data gone)", here.
-    $("job-data-box").hidden = !j.has_data && Boolean(j.dead);
+    // (A completed job's data is gone by design: its result, above, is what is left.)
+    $("job-data-box").hidden = (!j.has_data && Boolean(j.dead)) || state === "completed";
     showData($("job-data"), j.data, j.json);
     $("job-download").replaceChildren();
     if (j.has_data && (j.data.truncated || j.data.kind === "hex")) {
@@ -484,6 +491,22 @@
         $("job-dead-download").append(downloadLink(j.name, j.id, true, j.dead.data.size));
       }
     }
+  }
+
+  // A job's newest events (null: its queue keeps no event stream).
+  function drawJobEvents(events) {
+    $("job-events-box").hidden = !events;
+    const tbody = document.querySelector("#job-events tbody");
+    tbody.replaceChildren();
+    if (!events) return;
+    for (const e of events) {
+      const row = el("tr");
+      row.dataset.event = e.kind;
+      row.append(el("td", when(e.at)), el("td", e.kind), num(e.delivery === null ? "\u2014" : e.delivery));
+      row.append(el("td", e.reason || ""));
+      tbody.append(row);
+    }
+    if (events.length === 0) tbody.append(emptyRow(4, "no recent events"));
   }
 
   // Workers ----------------------------------------------------------------------------------
@@ -602,9 +625,17 @@
   // Refresh ----------------------------------------------------------------------------------
 
   let busy = false;
+  // A refresh asked for while one was in flight: it runs again after it, with what changed.
+  let again = false;
+  let lastRefresh = 0;
   async function refresh() {
-    if (busy) return;
+    if (busy) {
+      again = true;
+      return;
+    }
     busy = true;
+    again = false;
+    lastRefresh = Date.now();
     const started = performance.now();
     try {
       let time = null;
@@ -675,6 +706,50 @@
       showBanner(`Error: ${err.message}`);
     } finally {
       busy = false;
+      if (again) refresh();
+    }
+  }
+
+  // Live updates -----------------------------------------------------------------------------
+
+  // While the shown queue's event stream is followed, the page polls this many times less often
+  // (the other queues' counts and the clocks still move), except on the page of a leased job,
+  // whose progress and lease change without events.
+  const LIVE_POLL_FACTOR = 10;
+  let live = false;
+
+  function setLive(on) {
+    live = on;
+    document.body.dataset.live = on ? "on" : "off";
+    $("live").hidden = !on;
+  }
+
+  // Follow the shown queue's events: each reply with events redraws at once. A queue without
+  // events ends the loop (the page polls); an error waits a refresh before trying again.
+  async function follow() {
+    if (view === "workers" || selected === null) {
+      setLive(false);
+      return;
+    }
+    let since = "$";
+    for (;;) {
+      try {
+        const q = new URLSearchParams({ name: selected, since: since });
+        const body = await getJSON(api(`api/live?${q}`));
+        if (!body.live) {
+          setLive(false);
+          return;
+        }
+        setLive(true);
+        since = body.since;
+        if (body.events.length) {
+          document.body.dataset.lastEvent = body.events[body.events.length - 1].event_id;
+          refresh();
+        }
+      } catch (err) {
+        setLive(false);
+        await new Promise((resolve) => setTimeout(resolve, refreshMs));
+      }
     }
   }
 
@@ -683,6 +758,10 @@
   $("nav-queues").classList.toggle("active", view !== "workers");
   wireActions();
   wireSearch();
-  refresh();
-  setInterval(refresh, refreshMs);
+  setLive(false);
+  refresh().then(follow);
+  setInterval(() => {
+    const leasedJob = job && document.body.dataset.jobState === "leased";
+    if (!live || leasedJob || Date.now() - lastRefresh >= refreshMs * LIVE_POLL_FACTOR) refresh();
+  }, refreshMs);
 })();
