@@ -47,10 +47,12 @@ def spark_home() -> Path:
 
 
 def package_zip(path: Path) -> Path:
-    """``redis_work_queue`` with its Lua scripts, as a zip for ``--py-files``."""
+    """``redis_work_queue`` as the wheel lays it out (data files and Lua scripts), as a zip for
+    ``--py-files``."""
     with zipfile.ZipFile(path, "w") as archive:
-        for source in (ROOT / "src" / "redis_work_queue").rglob("*.py"):
-            archive.write(source, source.relative_to(ROOT / "src"))
+        for source in (ROOT / "src" / "redis_work_queue").rglob("*"):
+            if source.is_file() and "__pycache__" not in source.parts:
+                archive.write(source, source.relative_to(ROOT / "src"))
         for script in (ROOT / "lua").rglob("*.lua"):
             archive.write(script, Path("redis_work_queue", "lua", script.relative_to(ROOT / "lua")))
     return path
