@@ -226,13 +226,17 @@ def test_server_killed_and_restarted_under_a_running_worker(
         server.launch()
         db = server.client()
         add(db, server.url, ["d", "e", "f", "g"])
-        run.until(lambda: len(done(db)) == 4, "items added after")
-        assert sorted(done(db)) == ["d", "e", "f", "g"]
+        after = {"d", "e", "f", "g"}
+        run.until(lambda: after <= set(done(db)), "items added after")
+        # A handler whose note reached the killed server but whose reply did not notes it again
+        # on the new one; its completion then finds the item gone (the restart lost it).
+        assert set(done(db)) - after <= {"a", "b", "c"}
         wait_for(
             lambda: WorkQueue(KeyPrefix(P)).processing(db) == 0, timeout=10, what="completions"
         )
         stats = run.stop()
-    assert stats.completed == 7 and stats.failed == 0
+    assert stats.failed == 0
+    assert stats.completed + stats.lost == 7 and stats.lost <= 3
     if kind != "processes":  # the children log in their own processes
         assert messages(caplog, "Redis is unavailable", logging.WARNING) == 1
         assert messages(caplog, "Redis is back", logging.INFO) == 1
