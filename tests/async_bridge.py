@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import fakeredis
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from redis_work_queue import AsyncWorkQueue, KeyPrefix, WorkQueue
 
@@ -41,6 +43,14 @@ class _Loop:
 
 
 _LOOPS: list[_Loop] = []
+#: The asyncio cluster clients the bridges made, closed by :func:`close_twins`.
+_CLUSTER_TWINS: list[Any] = []
+
+
+def close_twins() -> None:
+    """Close the asyncio cluster clients made so far, on their loop (a test's teardown)."""
+    while _CLUSTER_TWINS:
+        loop().run(_CLUSTER_TWINS.pop().aclose())
 
 
 def loop() -> _Loop:
@@ -61,6 +71,23 @@ class BlockingAsyncQueue(WorkQueue):
         """The asyncio client of the same server as ``db``."""
         found = self._twins.get(id(db))
         if found is None:
+            if isinstance(db, redis.cluster.RedisCluster):
+                manager = db.nodes_manager
+                nodes = [
+                    redis.asyncio.cluster.ClusterNode(n.host, n.port)
+                    for n in manager.startup_nodes.values()
+                ]
+                options = {k: v for k, v in manager.connection_kwargs.items() if k in _SHARED[:2]}
+
+                async def make_cluster() -> Any:
+                    made = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
+                    _CLUSTER_TWINS.append(made)
+                    # reads the slot map now, as the synchronous client did when it was made
+                    return await made.initialize()
+
+                found = (db, loop().run(make_cluster()))
+                self._twins[id(db)] = found
+                return found[1]
             kwargs = db.connection_pool.connection_kwargs
             if isinstance(db, fakeredis.FakeRedis):
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -139,14 +140,57 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return thread, outcome
 
 
+def all_keys(db: redis.Redis, pattern: str = "*") -> list[bytes]:
+    """The keys matching ``pattern``, as bytes: on a Redis Cluster client, every primary's."""
+    if isinstance(db, RedisCluster):
+        found = []
+        for node in db.get_primaries():
+            client = db.get_redis_connection(node)
+            found += raw(client, "KEYS", pattern)
+        return [bytes(k) for k in found]
+    return [bytes(k) for k in raw(db, "KEYS", pattern)]
+
+
+def node_client(db: redis.Redis, key: str) -> redis.Redis:
+    """The client of the server that holds ``key``: ``db`` itself, or on a Redis Cluster
+    client, that of the primary owning ``key``'s slot (for SCAN and other keyless commands)."""
+    if isinstance(db, RedisCluster):
+        found: redis.Redis = db.get_redis_connection(db.get_node_from_key(key))
+        return found
+    return db
+
+
+def server_infos(db: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """INFO ``section`` of the server, or of every primary of a Redis Cluster client."""
+    if isinstance(db, RedisCluster):
+        return [db.get_redis_connection(n).info(section) for n in db.get_primaries()]
+    return [db.info(section)]
+
+
+def blocked_clients(db: redis.Redis) -> int:
+    """Clients blocked in a command: on the server, or on every primary of a cluster."""
+    return sum(int(found["blocked_clients"]) for found in server_infos(db, "clients"))
+
+
+def shard_prefixes(queue: Any) -> list[str]:
+    """The key prefixes of a queue's shards (the queue's own for an unsharded queue)."""
+    return [shard.keys.prefix for shard in getattr(queue.ops, "shard_ops", [queue.ops])]
+
+
+def keys_of(queue: Any, item_id: str) -> Any:
+    """The ``QueueKeys`` of the shard that holds ``item_id`` (the queue's own when unsharded)."""
+    shard_for = getattr(queue.ops, "shard_for", None)
+    return queue.keys if shard_for is None else shard_for(item_id).keys
+
+
 def keys_left(db: redis.Redis) -> list[bytes]:
     """Every key of the database but the queues' counters (``<prefix>:counts``), which stay
     when an item's every trace is gone."""
-    return sorted(bytes(k) for k in raw(db, "KEYS", "*") if not bytes(k).endswith(b":counts"))
+    return sorted(k for k in all_keys(db) if not k.endswith(b":counts"))
 
 
 def traces(db: redis.Redis, pattern: str) -> list[bytes]:
     """The keys matching ``pattern`` but a queue's counters (``<prefix>:counts``) and job
     durations (``<prefix>:durations``), which outlive the items they count."""
     kept = (b":counts", b":durations")
-    return sorted(bytes(k) for k in raw(db, "KEYS", pattern) if not bytes(k).endswith(kept))
+    return sorted(k for k in all_keys(db, pattern) if not k.endswith(kept))
