@@ -43,14 +43,37 @@ class _Loop:
 
 
 _LOOPS: list[_Loop] = []
-#: The asyncio cluster clients the bridges made, closed by :func:`close_twins`.
-_CLUSTER_TWINS: list[Any] = []
+#: The asyncio twins of Redis Cluster clients, by the id of the synchronous client (kept with
+#: it): shared by the bridges while that client lives, and closed by :func:`close_twins`.
+_CLUSTER_TWINS: dict[int, tuple[redis.cluster.RedisCluster, Any]] = {}
 
 
 def close_twins() -> None:
-    """Close the asyncio cluster clients made so far, on their loop (a test's teardown)."""
+    """Close the asyncio cluster clients made so far, on their loop."""
     while _CLUSTER_TWINS:
-        loop().run(_CLUSTER_TWINS.pop().aclose())
+        _, twin = _CLUSTER_TWINS.popitem()[1]
+        loop().run(twin.aclose())
+
+
+def _cluster_twin(db: redis.cluster.RedisCluster) -> Any:
+    """The asyncio client of the same cluster as ``db``, of the same reply flavour."""
+    found = _CLUSTER_TWINS.get(id(db))
+    if found is None:
+        manager = db.nodes_manager
+        nodes = [
+            redis.asyncio.cluster.ClusterNode(n.host, n.port)
+            for n in manager.startup_nodes.values()
+        ]
+        options = {k: v for k, v in manager.connection_kwargs.items() if k in _SHARED[:2]}
+
+        async def make() -> Any:
+            made = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
+            # reads the slot map now, as the synchronous client did when it was made
+            return await made.initialize()
+
+        found = (db, loop().run(make()))
+        _CLUSTER_TWINS[id(db)] = found
+    return found[1]
 
 
 def loop() -> _Loop:
@@ -72,22 +95,7 @@ class BlockingAsyncQueue(WorkQueue):
         found = self._twins.get(id(db))
         if found is None:
             if isinstance(db, redis.cluster.RedisCluster):
-                manager = db.nodes_manager
-                nodes = [
-                    redis.asyncio.cluster.ClusterNode(n.host, n.port)
-                    for n in manager.startup_nodes.values()
-                ]
-                options = {k: v for k, v in manager.connection_kwargs.items() if k in _SHARED[:2]}
-
-                async def make_cluster() -> Any:
-                    made = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
-                    _CLUSTER_TWINS.append(made)
-                    # reads the slot map now, as the synchronous client did when it was made
-                    return await made.initialize()
-
-                found = (db, loop().run(make_cluster()))
-                self._twins[id(db)] = found
-                return found[1]
+                return _cluster_twin(db)
             kwargs = db.connection_pool.connection_kwargs
             if isinstance(db, fakeredis.FakeRedis):
 

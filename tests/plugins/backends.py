@@ -11,12 +11,14 @@ fakeredis half of the suite only).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from servers import Cluster, Proc
 
@@ -34,12 +36,21 @@ class Backend:
     server: Proc | None = None
     fake_server: fakeredis.FakeServer | None = None
     cluster: Cluster | None = None
+    #: The module's cluster clients, by their options (see ``cluster_clients``).
+    cluster_clients: dict[tuple[tuple[str, Any], ...], RedisCluster] | None = None
 
     def client(self, **overrides: Any) -> redis.Redis:
-        """Another client of the same data, of the same flavour unless overridden."""
+        """Another client of the same data, of the same flavour unless overridden (on a
+        cluster, the module's client of those options: a cluster client is thread-safe, and
+        slow to make)."""
         options = {**self.options, **overrides}
-        if self.cluster is not None:
-            client: redis.Redis = self.cluster.client(**options)  # type: ignore[assignment]
+        if self.cluster is not None and self.cluster_clients is not None:
+            key = tuple(sorted(options.items()))
+            if key not in self.cluster_clients:
+                made = self.cluster.client(**options)
+                self.cluster.clients.remove(made)  # closed with the module, not the test
+                self.cluster_clients[key] = made
+            client: redis.Redis = self.cluster_clients[key]  # type: ignore[assignment]
             return client
         if self.server is not None:
             return self.server.client(**options)
@@ -70,14 +81,36 @@ def _real_backend(server: Proc, name: str, options: dict[str, Any]) -> Backend:
     return backend
 
 
-def _cluster_backend(request: pytest.FixtureRequest) -> Backend:
-    """The session's cluster, healthy and emptied (every primary, the replicas caught up)."""
-    cluster: Cluster = request.getfixturevalue("cluster")
+@pytest.fixture(scope="module")
+def cluster_clients(
+    cluster: Cluster,
+) -> Iterator[dict[tuple[tuple[str, Any], ...], RedisCluster]]:
+    """The session's cluster, checked healthy for this module, and the module's clients of it
+    (and their asyncio twins), closed at its end."""
     cluster.wait_healthy()
+    made: dict[tuple[tuple[str, Any], ...], RedisCluster] = {}
+    try:
+        yield made
+    finally:
+        from async_bridge import close_twins  # noqa: PLC0415 (only when needed)
+
+        close_twins()
+        for client in made.values():
+            client.close()
+
+
+def _cluster_backend(request: pytest.FixtureRequest) -> Backend:
+    """The session's cluster, emptied (every primary, the replicas caught up)."""
+    cluster: Cluster = request.getfixturevalue("cluster")
+    clients = request.getfixturevalue("cluster_clients")
     cluster.flushall()
     request.addfinalizer(cluster.close_clients)
     return Backend(
-        name=SHARDED_CLUSTER, real=True, options={"decode_responses": False}, cluster=cluster
+        name=SHARDED_CLUSTER,
+        real=True,
+        options={"decode_responses": False},
+        cluster=cluster,
+        cluster_clients=clients,
     )
 
 

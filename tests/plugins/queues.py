@@ -21,7 +21,7 @@ for every such test). A test that cannot run on a cluster is named in the module
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,17 +41,13 @@ DATA_FIXTURES = {
 
 
 @pytest.fixture(params=["sync", "asyncio"])
-def queue_kind(request: pytest.FixtureRequest) -> Iterator[Callable[..., WorkQueue]]:
+def queue_kind(request: pytest.FixtureRequest) -> Callable[..., WorkQueue]:
     """Make queues of either API: WorkQueue, or AsyncWorkQueue behind a blocking bridge."""
     if request.param == "sync":
-        yield WorkQueue
-        return
-    from async_bridge import BlockingAsyncQueue, close_twins  # noqa: PLC0415 (only when needed)
+        return WorkQueue
+    from async_bridge import BlockingAsyncQueue  # noqa: PLC0415 (only when needed)
 
-    try:
-        yield BlockingAsyncQueue
-    finally:
-        close_twins()
+    return BlockingAsyncQueue
 
 
 @pytest.hookimpl(tryfirst=True)
