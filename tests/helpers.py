@@ -65,8 +65,14 @@ def dump_state(db: redis.Redis, ttl_step_ms: int | None = None) -> Dump:
 
     The TTL is whether the key has one (a bool), or with ``ttl_step_ms`` its PTTL rounded to
     steps of that many ms (-1: none), so that two dumps a moment apart compare equal. Replies
-    are read undecoded, whatever the client's ``decode_responses``.
+    are read undecoded, whatever the client's ``decode_responses``. On a Redis Cluster client,
+    every primary's keys.
     """
+    if isinstance(db, RedisCluster):
+        merged: Dump = {}
+        for node in db.get_primaries():
+            merged.update(dump_state(db.get_redis_connection(node), ttl_step_ms))
+        return merged
     keys: set[bytes] = set()
     cursor: Any = 0
     while True:
@@ -165,6 +171,15 @@ def server_infos(db: redis.Redis, section: str) -> list[dict[str, Any]]:
     if isinstance(db, RedisCluster):
         return [db.get_redis_connection(n).info(section) for n in db.get_primaries()]
     return [db.info(section)]
+
+
+def wake_slice(db: redis.Redis) -> float:
+    """How much later (s) a blocked worker of a sharded queue may wake on ``db`` than on one
+    server: on Redis Cluster it blocks on its own shard and looks at the others once every
+    ``SHARD_WAIT_SLICE``, so an item on another shard wakes it within that."""
+    from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE  # noqa: PLC0415
+
+    return SHARD_WAIT_SLICE if isinstance(db, RedisCluster) else 0.0
 
 
 def blocked_clients(db: redis.Redis) -> int:
