@@ -23,12 +23,12 @@ from helpers import (
     raw,
     shard_prefixes,
     wait_for,
+    wake_slice,
 )
 from plugins.backends import Backend
 from redis_work_queue import InvalidArgumentError, Item, KeyPrefix, WorkQueue, transport
 from redis_work_queue.calls import Sleep
 from redis_work_queue.ops.lease import WAIT_SLICE_SECS
-from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE
 
 QUEUE = KeyPrefix("delayed")
 QUEUE_SHARDS = (1, 4)
@@ -49,15 +49,6 @@ def due_ms(db: redis.Redis, queue: WorkQueue, item_id: str) -> int:
     score = db.zscore(keys_of(queue, item_id).delayed, item_id)
     assert score is not None, f"{item_id!r} is not delayed"
     return int(score)
-
-
-def slice_ms(backend: Backend) -> float:
-    """How much later a blocked worker may wake on ``backend`` than on one server (ms).
-
-    On Redis Cluster a sharded queue's worker blocks on its own shard, and looks at the
-    others once every :data:`SHARD_WAIT_SLICE`: an item on another shard wakes it within it.
-    """
-    return SHARD_WAIT_SLICE * 1000 if backend.cluster is not None else 0
 
 
 def leased_at_ms(item: Item) -> int:
@@ -300,7 +291,7 @@ def test_blocked_worker_gets_the_item_just_after_due_without_polling(
     # waiting on a queue with nothing delayed writes nothing): it finds the item at its next
     # look, at most one wait slice after it is due; then within a few ms.
     bound = 100 if delay > WAIT_SLICE_SECS else WAIT_SLICE_SECS * 1000 + 100
-    bound += slice_ms(real_backend)
+    bound += wake_slice(admin) * 1000
     assert 0 <= late < bound, f"leased {late} ms after due"
     assert out["returned"] * 1000 - due < bound
     # a few blocking waits and lease calls, not a poll every few milliseconds
@@ -340,7 +331,7 @@ def test_blocked_worker_wakes_for_an_item_due_sooner_than_the_one_it_waits_for(
     item = out["result"]
     assert item is not None
     assert item.id() == "soon"
-    assert 0 <= leased_at_ms(item) - due < 100 + slice_ms(real_backend)
+    assert 0 <= leased_at_ms(item) - due < 100 + wake_slice(admin) * 1000
     assert queue.stats(admin).delayed == 1
     # the empty wake-up id pushed for the worker leaves nothing behind
     assert b"" not in lrange(admin, queue.keys.queue)
@@ -362,7 +353,7 @@ def test_a_plain_item_still_wakes_a_worker_waiting_for_a_delayed_one(
         queue.add_item(admin, Item(b"", id="unblock"))
         thread.join(10)
     assert out["result"].id() == "now"
-    assert out["returned"] - added < 0.1 + slice_ms(real_backend) / 1000
+    assert out["returned"] - added < 0.1 + wake_slice(admin)
 
 
 # Cleaners -------------------------------------------------------------------------------------
