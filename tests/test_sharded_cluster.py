@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+from plugins.queues import CLUSTER_SHARDS
 from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
 from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE, key_slot, shard_index, shard_prefix
 from servers import Cluster, in_sync, info, poll
@@ -70,6 +71,36 @@ def test_shards_spread_over_the_primaries(cluster: Cluster, cluster_db: RedisClu
     assert len(per_node) == 3 and min(per_node.values()) > 100, per_node
     assert sum(per_node.values()) == 600
     assert q.add_items(cluster_db, items(600)) == [False] * 600
+
+
+#: The queues of the suites that run on the cluster too (``QUEUE_SHARDS``, plugins/queues.py).
+SUITE_QUEUES = (
+    *("add", "lease", "done", "delayed", "ttl", "tally", "insp", "st", "jc", "jr"),
+    *("tok", "ctx", "lc", "dc", "rqd", "dl", "hi", "lo"),
+)
+
+
+def test_the_suites_queues_span_at_least_two_primaries(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """The suites' sharded runs on the cluster (plugins/queues.py) have their shards on at
+    least two primaries, so each of their calls that covers every shard crosses nodes; the
+    ``queue`` fixture checks its own queue the same way for every such test."""
+    for name in SUITE_QUEUES:
+        q = WorkQueue(KeyPrefix(name), shards=CLUSTER_SHARDS)
+        q.add_items(cluster_db, [Item(b"", id=f"{name}{i}") for i in range(40)])
+        holding = {
+            node.port
+            for node in cluster.primaries()
+            if any(True for _ in node.admin().scan_iter(f"{{{name}:*}}:item:*"))
+        }
+        assert holding == spread_over(cluster, q), name
+        assert len(holding) >= 2, (name, holding)
+
+
+def spread_over(cluster: Cluster, q: WorkQueue) -> set[int]:
+    """The ports of the primaries that own the shards of ``q``."""
+    return {cluster.primary_for(shard.keys.queue).port for shard in q.ops.shard_ops}
 
 
 def test_whole_api_on_the_cluster(cluster_db: RedisCluster) -> None:
