@@ -132,6 +132,27 @@ def test_whole_api_on_the_cluster(cluster_db: RedisCluster) -> None:
     assert q.flush(cluster_db).items == 5
 
 
+def test_pipelined_calls_go_to_their_node_without_asking_for_keys(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """A sharded batch add and the cleans send their script calls as one pipeline per node,
+    each routed by the library: redis-py's cluster pipeline sends no COMMAND GETKEYS (a round
+    trip carrying the script's source, before the pipeline) for any of them."""
+    q = sharded()
+    q.add_items(cluster_db, items(60))
+    reset_stats(cluster)
+    q.add_items(cluster_db, items(60, "j"))
+    q.lease_many(cluster_db, 30, 20, block=False)
+    q.light_clean(cluster_db)
+    q.deep_clean(cluster_db)
+    calls: Counter[str] = Counter()
+    for node in cluster.primaries():
+        for name, row in node.admin().info("commandstats").items():
+            calls[name] += int(row["calls"])
+    assert calls["cmdstat_eval"] + calls["cmdstat_fcall"] >= SHARDS, calls
+    assert calls["cmdstat_command|getkeys"] == 0, calls
+
+
 def test_asyncio_twin_on_the_cluster(cluster: Cluster) -> None:
     async def body() -> None:
         db = cluster.async_client()
