@@ -622,6 +622,8 @@ def test_metrics_rank_the_groups_by_backlog_and_count_them_in_the_work(db: redis
     )
     backlog = next(f for f in families([m]) if f.name == "group_backlog")
     assert len(backlog.samples) == TOP_GROUPS
+    waiting = next(f for f in families([m]) if f.name == "groups_waiting")
+    assert waiting.samples == [("", {"queue": "gq"}, TOP_GROUPS + 4)]  # g00 drained by the lease
     assert backlog.samples[0] == ("", {"queue": "gq", "group": "g14"}, 15.0)
     # Drained, the ranking and the total are empty again.
     _drain(db, queue)
