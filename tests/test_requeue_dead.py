@@ -16,11 +16,6 @@ from redis_work_queue.ops.queue import DEAD_CHUNK
 
 P = "rqd"
 QUEUE = KeyPrefix(P)
-QUEUE_SHARDS = (1, 4)
-#: Tests that read this queue's keys or its order across all items: unsharded only.
-SHARDS_SKIP = {
-    "test_requeue_all_goes_past_the_dead_letters_that_stay",
-}
 QUEUE_OPTIONS = {"max_deliveries": 1}
 
 

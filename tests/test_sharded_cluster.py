@@ -76,7 +76,7 @@ def test_shards_spread_over_the_primaries(cluster: Cluster, cluster_db: RedisClu
 #: The queues of the suites that run on the cluster too (``QUEUE_SHARDS``, plugins/queues.py).
 SUITE_QUEUES = (
     *("add", "lease", "done", "delayed", "ttl", "tally", "insp", "st", "jc", "jr"),
-    *("tok", "ctx", "lc", "dc", "rqd", "dl", "hi", "lo"),
+    *("tok", "ctx", "lc", "dc", "dl", "hi", "lo"),
 )
 
 
