@@ -246,6 +246,7 @@ local function group_turn(q, max)
     else
       redis.call('LPUSH', q.processing, id)
       redis.call('HSET', q.deliveries, id, n == 1 and '1' or n)
+      redis.call('HSET', q.grouped, id, FLIGHT .. g)
       busy = redis.call('HINCRBY', state, 'b:' .. g, '1')
     end
   else

@@ -12,14 +12,15 @@
 --#include wake.lua
 -- Keys: P:groups, P:groups:state, P:groups:backlog, P:grouped, P:group:<group>; the main queue
 -- and P:wake (a group that comes back to the ring wakes a blocked worker).
--- Defines: check_groups, groups_of, group_enter, group_push, add_ready, group_took, group_empty,
--- group_done, requeue.
+-- Defines: FLIGHT, check_groups, groups_of, group_enter, group_push, add_ready, group_took,
+-- group_empty, group_done, requeue.
 -- Keeps: a group is on the ring at most once, exactly while its q: field is set; a group with
 -- ready items, below its cap and not paused is on the ring once its state last changed (an item
 -- added, an item done, resumed); every item of a group counts in b:<group> from its lease until
--- it is completed, released, buried or requeued by a clean; a group's score in P:groups:backlog
--- is the length of its list, and the ready field their sum (every push and pop goes through
--- group_push and group_took).
+-- it is completed, released, buried or requeued by a clean, and exactly then its P:grouped value
+-- is FLIGHT then its name, so whatever ends its flight counts it out once (wherever its entry is
+-- on the processing list); a group's score in P:groups:backlog is the length of its list, and
+-- the ready field their sum (every push and pop goes through group_push and group_took).
 
 -- Check the group keys a script may write, before its first write: P:grouped always, and the ring
 -- and the state when some item is grouped (SIZES then tells whether P:grouped holds any).
@@ -30,13 +31,25 @@ local function check_groups(q)
   end
 end
 
--- The groups of ids (false for an ungrouped id), in one read; none are grouped when P:grouped is
--- empty (as check_groups found it).
+-- The mark of an item in flight in P:grouped: its value is FLIGHT then its group's name (no
+-- group name holds the byte: names are UTF-8).
+local FLIGHT = '\255'
+
+-- The groups of ids (false for an ungrouped id), in one read, and which of them are in flight
+-- (counted in their group's b: field); none are grouped when P:grouped is empty (as
+-- check_groups found it).
 local function groups_of(q, ids)
   if SIZES[q.grouped] == 0 or #ids == 0 then
-    return {}
+    return {}, {}
   end
-  return redis.call('HMGET', q.grouped, unpack(ids))
+  local groups, flying = redis.call('HMGET', q.grouped, unpack(ids)), {}
+  for j = 1, #ids do
+    local g = groups[j]
+    if g and string.byte(g, 1) == 255 then
+      groups[j], flying[j] = string.sub(g, 2), true
+    end
+  end
+  return groups, flying
 end
 
 -- Add n to the ready field of the state (it goes when it reaches 0).
@@ -112,8 +125,12 @@ local function group_empty(q, g)
 end
 
 -- An item of group g is no longer in flight (done, released, buried or requeued): the group's
--- count drops, and it may enter the ring again.
-local function group_done(q, g)
+-- count drops, and it may enter the ring again. With id, the item stays in its group, no
+-- longer marked in flight (the caller drops its P:grouped entry otherwise).
+local function group_done(q, g, id)
+  if id then
+    redis.call('HSET', q.grouped, id, g)
+  end
   if redis.call('HINCRBY', q.groups_state, 'b:' .. g, '-1') <= 0 then
     redis.call('HDEL', q.groups_state, 'b:' .. g)
   end
