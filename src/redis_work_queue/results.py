@@ -30,6 +30,8 @@ class QueueStats:
         group_concurrency: The cap on the items of one group in flight, as kept in Redis (see
             ``set_group_concurrency``), or None.
         groups: The counts of each group asked for with ``stats(groups=...)``, by name.
+        group_rate_limit: The rate limit of every group, as kept in Redis (see
+            ``set_default_group_rate_limit``), or None.
     """
 
     queued: int
@@ -41,6 +43,7 @@ class QueueStats:
     grouped: int = 0
     group_concurrency: int | None = None
     groups: dict[str, GroupStats] = field(default_factory=dict)
+    group_rate_limit: RateLimit | None = None
 
 
 #: A record's ``size`` when it is not given: the length of its ``data``.

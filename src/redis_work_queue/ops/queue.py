@@ -30,6 +30,7 @@ from ..flow import (
     check_groups,
     parse_cap,
     parse_rate,
+    parse_rate_spec,
 )
 from ..item import Item
 from ..keyprefix import QueueKeys
@@ -387,6 +388,9 @@ class QueueOps:
         #: The group concurrency this queue object declares, and whether it has been sent.
         self.group_concurrency: int | None = None
         self.cap_declared = False
+        #: The rate limit of every group this queue object declares, and whether it was sent.
+        self.group_rate_limit: RateLimit | None = None
+        self.group_rate_declared = False
 
     def group_keys(self) -> QueueKeys:
         """The keys that hold the queue's groups (see ``lua/include/group.lua``)."""
@@ -746,6 +750,7 @@ class QueueOps:
             if seen < STATS_CHUNK or start >= processing:
                 break
         leased = min(live, processing)
+        every = parse_rate_spec(reply[11])
         return QueueStats(
             queued=queued,
             leased=leased,
@@ -756,9 +761,16 @@ class QueueOps:
             grouped=int(reply[8]),
             group_concurrency=parse_cap(reply[9]),
             groups={
-                name: GroupStats(int(ready), int(busy), bool(paused))
-                for name, (ready, busy, paused) in zip(names, asked, strict=True)
+                name: GroupStats(
+                    int(ready),
+                    int(busy),
+                    bool(paused),
+                    parse_rate_spec(own) or every,
+                    bool(waiting),
+                )
+                for name, (ready, busy, paused, own, waiting) in zip(names, asked, strict=True)
             },
+            group_rate_limit=every,
         )
 
     @operation(methods=("counts",), commands=("HGETALL",), docs=API)
