@@ -681,3 +681,17 @@ def test_a_late_completion_far_into_the_processing_list_counts_out_once(
     nxt = queue.lease(db, LEASE_SECS, block=False)
     assert nxt is not None and nxt.id() == "Ax0"
     assert _in_flight(db) == {"A": 1}
+
+
+def test_an_item_added_again_while_in_flight_is_counted_out_once(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    _add(db, queue, "A", 1)
+    item = queue.lease(db, LEASE_SECS, block=False)
+    assert item is not None and _in_flight(db) == {"A": 1}
+    # Added again without the existence check (its data replaced, queued again in its group).
+    assert queue.add_items(db, [Item(b"new", id="A0")], unique=True, group="A") == [True]
+    assert queue.complete(db, item)
+    assert _in_flight(db) == {}
+    assert queue.lease(db, LEASE_SECS, block=False) is None  # the copy queued went with it
+    assert _in_flight(db) == {}

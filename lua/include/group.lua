@@ -12,8 +12,8 @@
 --#include wake.lua
 -- Keys: P:groups, P:groups:state, P:groups:backlog, P:groups:paced, P:grouped, P:group:<group>;
 -- the main queue and P:wake (a group that comes back to the ring wakes a blocked worker).
--- Defines: FLIGHT, check_groups, groups_of, group_enter, group_push, add_ready, group_took,
--- group_empty, group_done, requeue; PACER, group_limit, pacer_on, group_may, group_paced,
+-- Defines: FLIGHT, check_groups, groups_of, keep_flight, group_enter, group_push, add_ready,
+-- group_took, group_empty, group_done, requeue; PACER, group_limit, pacer_on, group_may, group_paced,
 -- group_pacer, group_due (per-group rate limits, P:groups:paced).
 -- Keeps: a group is on the ring at most once, exactly while its q: field is set; a group with
 -- ready items, below its cap and not paused is on the ring once its state last changed (an item
@@ -51,6 +51,22 @@ local function groups_of(q, ids)
     end
   end
   return groups, flying
+end
+
+-- tagged: ids and their groups, flat, about to be written to P:grouped by an add that replaces
+-- existing items: an item in flight keeps its mark and the group that counted it, which counts
+-- it out when its flight ends.
+local function keep_flight(q, tagged)
+  local ids = {}
+  for k = 1, #tagged, 2 do
+    ids[#ids + 1] = tagged[k]
+  end
+  local marks = redis.call('HMGET', q.grouped, unpack(ids))
+  for j, mark in ipairs(marks) do
+    if mark and string.byte(mark, 1) == 255 then
+      tagged[2 * j] = mark
+    end
+  end
 end
 
 -- Add n to the ready field of the state (it goes when it reaches 0).
