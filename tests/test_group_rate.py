@@ -5,22 +5,25 @@ how long to wait. Its rows of the write-check and out-of-memory tables are here 
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
 import redis
 
+import flow_handlers
 from checks import LEASE_SECS, PREFIX, OomCheck, WriteCheck, oom_test, write_check_test
-from helpers import dump_state
+from helpers import dump_state, in_thread
 from redis_work_queue import (
+    AsyncWorker,
+    AsyncWorkQueue,
     GroupStats,
     InvalidArgumentError,
     Item,
     KeyPrefix,
     RateLimit,
+    Worker,
     WorkQueue,
 )
 from redis_work_queue.errors import InvalidArgumentTypeError
@@ -175,51 +178,55 @@ def test_a_removal_on_a_queue_without_groups_writes_nothing(
 
 # The proof ----------------------------------------------------------------------------------------
 
-RATE, BURST, SECONDS, THREADS = 20, 2, 3, 4
+RATE, BURST, SECONDS = 20, 2, 3
 
 
 def test_a_limited_group_keeps_to_its_rate_while_the_other_runs_at_full_speed(
-    real_db: redis.Redis,
+    real_backend: Any,
 ) -> None:
-    """Four workers on a queue of two groups, A limited to 20 per second (burst 2): in every 1 s
-    window (by the server's lease times) A gets at most 22 leases, and about 20 a second over
-    the run, while B is leased as fast as the workers go."""
-    queue = WorkQueue(QUEUE)
-    queue.set_group_rate_limit(real_db, "A", RateLimit(RATE, 1.0, burst=BURST))
+    """A thread worker of four slots and an asyncio worker of two on a queue of two groups, A
+    limited to 20 per second (burst 2) by the workers' queues: in every 1 s window (by the
+    server's lease times) A gets at most 22 leases, and 20 a second over the run, while B is
+    leased as fast as the workers go."""
+    db = real_backend.client()
+    url = real_backend.url
+    producer = WorkQueue(QUEUE)
+    producer.set_group_rate_limit(db, "A", RateLimit(RATE, 1.0, burst=BURST))
     for group in "AB":
+        data = flow_handlers.job(url, f"grq-run:{group}")
         for start in range(0, 4000, 500):
-            items = [Item(b"d", id=f"{group}{k}") for k in range(start, start + 500)]
-            assert all(queue.add_items(real_db, items, group=group))
-    leases: list[tuple[int, str]] = []
-    lock = threading.Lock()
-    stop = time.monotonic() + SECONDS
-
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            while time.monotonic() < stop:
-                item = queue.lease(real_db, LEASE_SECS, timeout=0.5)
-                if item is None:
-                    continue
-                assert item.lease_token is not None  # '<token>@<the server's ms of the lease>'
-                with lock:
-                    leases.append((int(item.lease_token.rsplit("@", 1)[1]), item.id()[0]))
-                queue.complete(real_db, item)
-        except BaseException as err:
-            errors.append(err)
-
-    threads = [threading.Thread(target=work) for _ in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(SECONDS + 5)
-    assert errors == []
-    times = sorted(t for t, group in leases if group == "A")
-    counts = Counter(group for _, group in leases)
+            items = [Item(data, id=f"{group}{k}") for k in range(start, start + 500)]
+            assert all(producer.add_items(db, items, group=group))
+    options: dict[str, Any] = {"lease_secs": 10, "poll_secs": 0.5, "heartbeat_secs": None}
+    workers: list[Any] = [
+        Worker(url, [WorkQueue(QUEUE)], flow_handlers.lease_time, concurrency=4, **options),
+        AsyncWorker(
+            url, [AsyncWorkQueue(QUEUE)], flow_handlers.alease_time, concurrency=2, **options
+        ),
+    ]
+    runs = [
+        in_thread(
+            lambda w=worker: asyncio.run(w.run(signals=()))
+            if isinstance(w, AsyncWorker)
+            else w.run(signals=())
+        )
+        for worker in workers
+    ]
+    time.sleep(SECONDS)
+    for worker in workers:
+        worker.stop()
+    for thread, out in runs:
+        thread.join(timeout=30)
+        assert out and not isinstance(out[0], BaseException), out
+    leased = {
+        group: sorted(int(row.split()[0]) for row in db.lrange(f"grq-run:{group}:leased", 0, -1))
+        for group in "AB"
+    }
+    times = leased["A"]
     most = max(sum(1 for t in times[i:] if t < start + 1000) for i, start in enumerate(times))
+    counts = {group: len(rows) for group, rows in leased.items()}
     assert most <= RATE + BURST, (most, counts)
-    # Busy at the limit: the run's leases of A, less a second's worth for its start.
+    # Busy at the limit: the run's leases of A, less a second's worth for the workers' start.
     assert counts["A"] >= RATE * (SECONDS - 1), counts
     assert counts["B"] > 5 * counts["A"], counts
 
