@@ -145,6 +145,23 @@ def test_many_limited_groups_wait_off_the_ring(db: redis.Redis, queue: WorkQueue
     assert _drain(db, queue) == [f"free{k}" for k in range(5)]
 
 
+def test_a_cluster_queue_with_a_hash_tag_keeps_a_groups_limit(cluster_db: Any) -> None:
+    queue = WorkQueue(KeyPrefix("{grq}"), group_rate_limit=SLOW)
+    for group in ("A", "B"):
+        items = [Item(b"d", id=f"{group}{k}") for k in range(2)]
+        assert all(queue.add_items(cluster_db, items, group=group))
+    assert queue.set_group_rate_limit(cluster_db, "B", RateLimit(1, 100.0, burst=2))
+    got = queue.lease_many(cluster_db, LEASE_SECS, 5, block=False)
+    assert [item.id() for item in got] == ["A0", "B0", "B1"]
+    assert queue.complete_many(cluster_db, got) == got
+    assert queue.lease(cluster_db, LEASE_SECS, block=False) is None
+    stats = queue.stats(cluster_db, groups=["A"])
+    assert stats.groups["A"] == GroupStats(1, 0, False, SLOW, True)
+    queue.set_default_group_rate_limit(cluster_db, None)
+    assert queue.set_group_rate_limit(cluster_db, "A", None) is False  # it had none of its own
+    assert _drain(cluster_db, queue) == ["A1"]
+
+
 def test_bad_input_is_refused_before_anything_is_written(db: redis.Redis, queue: WorkQueue) -> None:
     with pytest.raises(InvalidArgumentError, match="must not be empty"):
         queue.set_group_rate_limit(db, "", SLOW)
