@@ -130,7 +130,13 @@ def resume_group(queue: QueueOps, group: str) -> Steps[bool]:
     return bool((yield group_set_call(queue.group_keys(), "resume", name)))
 
 
-@operation(methods=("set_group_rate_limit",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+@operation(
+    methods=("set_group_rate_limit",),
+    scripts=("group_set",),
+    writes=True,
+    cli="groups",
+    docs=GROUP_DOCS,
+)
 def set_group_rate_limit(queue: QueueOps, group: str, limit: RateLimit | None) -> Steps[bool]:
     """Set ``group``'s own rate limit for the fleet, or remove it (None): True when it changed."""
     name = check_group(group)
@@ -140,7 +146,11 @@ def set_group_rate_limit(queue: QueueOps, group: str, limit: RateLimit | None) -
 
 
 @operation(
-    methods=("set_default_group_rate_limit",), scripts=("group_set",), writes=True, docs=GROUP_DOCS
+    methods=("set_default_group_rate_limit",),
+    scripts=("group_set",),
+    writes=True,
+    cli="groups",
+    docs=GROUP_DOCS,
 )
 def set_default_group_rate_limit(queue: QueueOps, limit: RateLimit | None) -> Steps[None]:
     """Set the rate limit of every group (without one of its own), or remove it (None)."""
