@@ -383,3 +383,44 @@ def test_holds_of_a_crashed_deep_clean_lapse(
     wait_for(lambda: not other.exists("dc:lease:c"), timeout=10, what="the hold to lapse")
     assert queue.deep_clean(other).requeued == 1
     assert lrange(other, "dc:queue") == [b"c"]
+
+
+@pytest.mark.parametrize("remove", ["cancel", "reschedule"])
+def test_an_id_removed_behind_the_recheck_walk_hides_no_held_id(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch, remove: str
+) -> None:
+    """A delayed item falls due after the first walk: it is held, on the main queue. The second
+    walk reads the queue two entries a step; between its steps an id it has read is removed from
+    inside the queue (cancelled or rescheduled), which moves the later entries one place towards
+    the head. The walk still meets the held id, and the last step does not queue it again."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    monkeypatch.setattr(cleaning, "WALK_MAX", 2)
+    queue.add_items(db, [Item(b"", id="a"), Item(b"", id="b")])  # queue: b, a (a leased next)
+    queue.add_item(db, Item(b"", id="x"), delay=60)
+
+    def fall_due() -> None:
+        assert queue.promote(other, "x")  # to the leasing end: a, x... read from the head: b, a, x
+
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", fall_due)
+    walk = scripts.load("deep_clean_walk")
+    original = db.execute_command
+    removed: list[str] = []
+
+    def spy(*args: Any, **options: Any) -> Any:
+        is_walk = args[0] in ("EVALSHA", b"EVALSHA") and args[1] in (walk.sha, walk.sha.encode())
+        # The recheck's second step (a run's token, from index 2): "b" was read, "x" is next.
+        if is_walk and str(args[5]) == "2" and args[-1] and not removed:
+            if remove == "cancel":
+                assert queue.cancel(other, "b")
+            else:
+                assert queue.reschedule(other, "b", 60)
+            removed.append("b")
+        return original(*args, **options)
+
+    monkeypatch.setattr(db, "execute_command", spy)
+    assert queue.deep_clean(db).requeued == 0
+    assert fired and removed
+    assert lrange(other, "dc:queue") == [b"a", b"x"]
+    assert not other.exists("dc:lease:x")
