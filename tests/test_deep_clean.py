@@ -424,3 +424,28 @@ def test_an_id_removed_behind_the_recheck_walk_hides_no_held_id(
     assert fired and removed
     assert lrange(other, "dc:queue") == [b"a", b"x"]
     assert not other.exists("dc:lease:x")
+
+
+def test_a_walk_step_starts_back_by_the_removals_since_the_last(db: redis.Redis) -> None:
+    """Cancels and reschedules count their removals from inside the main queue (and nothing
+    else); a walk step reads from its index less those counted since the last step, and from
+    the head when the count went back (its key deleted)."""
+    queue = WorkQueue(QUEUE)
+    keys = queue.ops.keys
+    queue.add_items(db, [Item(b"", id=str(i)) for i in range(6)])  # head to tail: 5, 4, ... 0
+    queue.add_item(db, Item(b"", id="later"), delay=60)
+    queue.cancel(db, "later")  # delayed: not on the main queue, not counted
+    assert db.get("dc:removals") is None
+    queue.cancel(db, "4")
+    queue.reschedule(db, "1", 60)
+    assert b(db.get("dc:removals")) == b"2"
+
+    def step(first: int, removals: int | None) -> list[Any]:
+        reply = transport.execute(db, cleaning.deep_clean_walk_call(keys, first, 2, removals, ""))
+        return [int(reply[1]), [b(i) for i in reply[2]], int(reply[3]), int(reply[4])]
+
+    assert step(3, None) == [1, [b"0"], 3, 2]  # the walk's first step: read as asked
+    assert step(3, 1) == [2, [b"2", b"0"], 2, 2]  # one removal since its last step
+    assert step(3, 2) == [1, [b"0"], 3, 2]
+    db.delete("dc:removals")
+    assert step(3, 2) == [2, [b"5", b"3"], 0, 0]
