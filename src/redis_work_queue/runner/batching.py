@@ -112,6 +112,15 @@ class Batch:
 
     # Leasing ------------------------------------------------------------------------------------
 
+    def take_ready(self) -> tuple[QueueBase, Item] | None:
+        """An item leased for the slot set and not taken, if there is one (and no stop came)."""
+        if not self._ready:  # read without the lock: the lock below decides
+            return None
+        with self._lock:
+            if self._ready and not self.core.stop_flag.is_set():
+                return self._ready.popleft()
+        return None
+
     def next(self, busy: bool) -> Loop[tuple[QueueBase, Item] | bool | None]:
         """The slot's next item; None when none came; False when the worker is stopping.
 
@@ -235,11 +244,13 @@ class Batch:
 
     # Completing ---------------------------------------------------------------------------------
 
-    def settle(self, job: Job, lost: bool, now: float) -> Loop[bool]:
-        """Hand a job whose handler returned (at ``now``) to the completion; write them if no one is.
+    def hand_over(self, job: Job, lost: bool, now: float) -> bool:
+        """Hand a job whose handler returned (at ``now``) to the completion.
 
-        Inline, the completion waits for the items leased with it: the last one's writer writes
-        them all. Returns True (the slot goes on).
+        Returns:
+            True when it is left to a writer (a slot writing, or inline, the slot that runs the
+            last of the items leased with it); False when this slot is to write now
+            (:meth:`write_handed`).
         """
         with self._lock:
             if not self._pending:
@@ -247,12 +258,18 @@ class Batch:
             self._pending.append((job, lost, self.core.outage.started))
             if self._writing:
                 return True
-            inline = self.inline
-            if inline and self._ready and now - self._pending_at < STALE_SECS:
+            if self._ready and self.inline and now - self._pending_at < STALE_SECS:
                 return True  # written with the items still to run
             self._writing = True
+            return False
+
+    def write_handed(self) -> Loop[bool]:
+        """As the writer (:meth:`hand_over` returned False): write every completion handed over.
+
+        Returns True (the slot goes on).
+        """
         try:
-            if not inline:
+            if not self.inline:
                 # Let the slots that got items with this one finish theirs first: they go out
                 # in the same call.
                 yield Pause(0, self.core.stop_flag)
@@ -262,6 +279,16 @@ class Batch:
                 self._writing = False
             raise
         return True
+
+    def settle(self, job: Job, lost: bool, now: float) -> Loop[bool]:
+        """Hand a job whose handler returned (at ``now``) to the completion; write them if no one is.
+
+        Inline, the completion waits for the items leased with it: the last one's writer writes
+        them all. Returns True (the slot goes on).
+        """
+        if self.hand_over(job, lost, now):
+            return True
+        return (yield from self.write_handed())
 
     def flush(self) -> Loop[None]:
         """Write the completions handed over, unless a slot is writing them."""

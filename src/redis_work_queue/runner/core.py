@@ -506,7 +506,9 @@ class Core:
                     found: tuple[QueueBase, Item] | bool | None = ahead.found
                     ahead = None
                 else:
-                    found = yield from batch.next(busy)
+                    found = batch.take_ready()
+                    if found is None:
+                        found = yield from batch.next(busy)
                     if found is False:
                         return
                 busy = found is not None
@@ -603,7 +605,9 @@ class Core:
                 return False
             if raised is None and kept is None and batch is not None and batch.takes():
                 # Completed together with the slots' others; a result to keep goes alone.
-                return (yield from batch.settle(job, state == LOST, now))
+                if batch.hand_over(job, state == LOST, now):
+                    return True
+                return (yield from batch.write_handed())
             if raised is None:
                 return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
