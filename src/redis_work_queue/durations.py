@@ -56,8 +56,7 @@ class DurationRecorder:
 
     def observe(self, queue: str, seconds: float, outcome: str) -> None:
         """Count one job of ``queue`` (its prefix) that took ``seconds``, by ``outcome``."""
-        if seconds < 0.0:
-            seconds = 0.0
+        seconds = max(seconds, 0.0)
         bound = BOUNDS[bisect_left(BUCKETS, seconds)]
         bucket = _FIELDS.get((outcome, bound)) or bucket_field(outcome, bound)
         total = _SUMS.get(outcome) or sum_field(outcome)

@@ -235,7 +235,9 @@ class Batch:
             taken = list(self._ready) if stale else []
             if stale:
                 self._ready.clear()
-            late = bool(self._pending) and not self._writing and now - self._pending_at >= STALE_SECS
+            late = (
+                bool(self._pending) and not self._writing and now - self._pending_at >= STALE_SECS
+            )
         for queue, item in taken:
             logger.debug("%s of %s was not taken in time: given back", item.id(), queue.name.prefix)
             yield from self.core.give_back(queue, item, "not started in time")
@@ -281,7 +283,7 @@ class Batch:
         return True
 
     def settle(self, job: Job, lost: bool, now: float) -> Loop[bool]:
-        """Hand a job whose handler returned (at ``now``) to the completion; write them if no one is.
+        """Hand a job whose handler returned (at ``now``) over; write them all if no one is.
 
         Inline, the completion waits for the items leased with it: the last one's writer writes
         them all. Returns True (the slot goes on).

@@ -509,8 +509,8 @@ class Core:
                     found = batch.take_ready()
                     if found is None:
                         found = yield from batch.next(busy)
-                    if found is False:
-                        return
+                if found is False:
+                    return
                 busy = found is not None
                 if found is None or found is True:
                     continue
@@ -605,9 +605,8 @@ class Core:
                 return False
             if raised is None and kept is None and batch is not None and batch.takes():
                 # Completed together with the slots' others; a result to keep goes alone.
-                if batch.hand_over(job, state == LOST, now):
-                    return True
-                return (yield from batch.write_handed())
+                handed = batch.hand_over(job, state == LOST, now)
+                return True if handed else (yield from batch.write_handed())
             if raised is None:
                 return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
