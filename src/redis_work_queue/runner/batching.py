@@ -282,16 +282,6 @@ class Batch:
             raise
         return True
 
-    def settle(self, job: Job, lost: bool, now: float) -> Loop[bool]:
-        """Hand a job whose handler returned (at ``now``) over; write them all if no one is.
-
-        Inline, the completion waits for the items leased with it: the last one's writer writes
-        them all. Returns True (the slot goes on).
-        """
-        if self.hand_over(job, lost, now):
-            return True
-        return (yield from self.write_handed())
-
     def flush(self) -> Loop[None]:
         """Write the completions handed over, unless a slot is writing them."""
         with self._lock:

@@ -396,7 +396,7 @@ class Core:
         self.worker_id = new_worker_id()
         self.started = time.time()
         self._lock = threading.Lock()
-        #: The slots' shared lease and completion (see :mod:`.batching`), with several slots.
+        #: The slots' shared lease and completion (see :mod:`.batching`), unless batching is off.
         self.batch: Batch | None = Batch(self) if options.batch else None
 
     # Counts and state ---------------------------------------------------------------------------
