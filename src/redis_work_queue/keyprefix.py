@@ -173,8 +173,10 @@ class QueueKeys:
     groups: str
     groups_state: str
     groups_backlog: str
+    groups_paced: str
     grouped: str
     group_prefix: str
+    removals: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name
