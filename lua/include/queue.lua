@@ -6,8 +6,8 @@
 -- is P:processing, q.item .. id is P:item:<id>, and so on for every row. Every one of them shares
 -- P's hash tag, if any.
 -- Defines: NQ, EVENTED, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
--- check_types, SIZES and read_strings (the type checks before a first write), now_ms, delivered,
--- forget, DELAY_TOKEN.
+-- check_types, SIZES, probe and read_strings (the type checks before a first write), now_ms,
+-- delivered, forget, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -83,7 +83,8 @@ local function wrong_type(...)
       keys = {keys}
     end
     for _, key in ipairs(keys) do
-      local read = redis.pcall(TYPED_READ[kind], key)
+      -- A key sized already by this call (or known absent: see probe) holds its kind, or none.
+      local read = SIZES[key] or redis.pcall(TYPED_READ[kind], key)
       SIZES[key] = read
       if type(read) == 'table' then
         if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
@@ -112,6 +113,27 @@ local function check_types(...)
   end
   if err then
     error(err, 0)
+  end
+end
+
+-- Probe keys of q (names of its layout) that a queue holds only while it uses an optional
+-- feature (a rate limit, fair groups, delayed items, failure reasons, blocked workers...): one
+-- read (EXISTS counts keys of every type) tells when none of them exists, and each is then known
+-- empty (its size 0 in SIZES), so that its type check and the reads the feature would need are
+-- skipped. When one exists, nothing is learned (each is checked and read as it comes). Keys
+-- sized already are left out.
+local function probe(q, names)
+  local keys = {}
+  for _, name in ipairs(names) do
+    local key = q[name]
+    if SIZES[key] == nil then
+      keys[#keys + 1] = key
+    end
+  end
+  if #keys > 0 and redis.call('EXISTS', unpack(keys)) == 0 then
+    for _, key in ipairs(keys) do
+      SIZES[key] = 0
+    end
   end
 end
 
