@@ -85,15 +85,15 @@ local pop_first = register_ms == 0 and not registered
 -- their checks nor their reads (rate_read, the ring, promote, next_due, check_wake).
 -- (The first queue of a plain lease does not check its wake list: its waiting set is left out;
 -- the completed item's queue has its groups' hash probed too, for the completion.)
-local OPTIONAL = {'rate', 'groups', 'delayed', 'reasons', 'waiting'}
-local FINISHED = {'rate', 'groups', 'delayed', 'reasons', 'waiting', 'grouped'}
 local finished_at = finishing and tonumber(arg(9 + NQ))
 for i = 1, NQ do
   local q = queues[i]
   if i == 1 and first_reads then
-    probe(q, {'rate', 'groups', 'delayed', 'reasons'})
+    probe(q, 'rate', 'groups', 'delayed', 'reasons')
+  elseif i == finished_at then
+    probe(q, 'rate', 'groups', 'delayed', 'reasons', 'waiting', 'grouped')
   else
-    probe(q, i == finished_at and FINISHED or OPTIONAL)
+    probe(q, 'rate', 'groups', 'delayed', 'reasons', 'waiting')
   end
   if i == 1 and first_reads then
     check_types('list', {q.processing}, 'hash', {q.deliveries, q.reasons})

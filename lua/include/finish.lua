@@ -79,7 +79,7 @@ local function finish(q, ids)
   -- probed in one read (unless the caller did). The delivery counts are checked by their drop,
   -- the first write (below), but where events read them first.
   local sets = #delayed > 0 and {q.delayed} or {}
-  probe(q, {'reasons', 'grouped'})
+  probe(q, 'reasons', 'grouped')
   local drop_first = not q.event_cap
   local hashes = drop_first and {q.reasons, q.counts, q.grouped}
     or {q.deliveries, q.reasons, q.counts, q.grouped}

@@ -27,6 +27,28 @@ local LAZY = {
   end,
 }
 
+-- Each prefix's key names (a table of LAZY: NAMED[prefix].__index), as the metatable of the
+-- queues of that prefix, which read their names from it. A function library keeps it from call
+-- to call (the directive), so that a queue's names are made once; a script starts it empty on
+-- each call. At most NAMED_MAX prefixes are kept (then it starts again).
+local NAMED = {} --#kept
+local NAMED_MAX = 256
+
+local function names_of(prefix)
+  local meta = NAMED[prefix]
+  if meta == nil then
+    if (NAMED[NAMED] or 0) >= NAMED_MAX then
+      for key in pairs(NAMED) do
+        NAMED[key] = nil
+      end
+    end
+    meta = {__index = setmetatable({prefix = prefix}, LAZY)}
+    NAMED[prefix] = meta
+    NAMED[NAMED] = (NAMED[NAMED] or 0) + 1 -- the count, under a key no prefix is
+  end
+  return meta
+end
+
 -- The queues of the call with events on (see events.lua): their P:events is type-checked by
 -- check_types.
 local EVENTED = {}
@@ -51,7 +73,7 @@ local function queue_at(i)
     end
   end
   local q = {index = i, queue = KEYS[i], prefix = prefix, event_cap = cap, keep = keep}
-  setmetatable(q, LAZY)
+  setmetatable(q, names_of(prefix))
   if cap then
     EVENTED[#EVENTED + 1] = q
   end
@@ -116,16 +138,16 @@ local function check_types(...)
   end
 end
 
--- Probe keys of q (names of its layout) that a queue holds only while it uses an optional
+-- Probe keys of q (names of its layout, the arguments after q) that a queue holds only while it uses an optional
 -- feature (a rate limit, fair groups, delayed items, failure reasons, blocked workers...): one
 -- read (EXISTS counts keys of every type) tells when none of them exists, and each is then known
 -- empty (its size 0 in SIZES), so that its type check and the reads the feature would need are
 -- skipped. When one exists, nothing is learned (each is checked and read as it comes). Keys
 -- sized already are left out.
-local function probe(q, names)
+local function probe(q, ...)
   local keys = {}
-  for _, name in ipairs(names) do
-    local key = q[name]
+  for i = 1, select('#', ...) do
+    local key = q[select(i, ...)]
     if SIZES[key] == nil then
       keys[#keys + 1] = key
     end
