@@ -59,10 +59,6 @@ if #items > 1 and (overwrite or ttl == 0) then
   end
 end
 local sets = due > now and {Q.delayed} or {}
--- The failure reasons, the waiting set (blocked workers) and the groups' hash, which a queue
--- holds only while it uses them, are probed in one read: a queue without them skips their
--- checks (and check_wake its read).
-probe(Q, 'reasons', 'waiting', 'grouped')
 check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
 if #leases > 1 then
   local _, strings = read_strings(leases)

@@ -79,7 +79,9 @@ local function finish(q, ids)
   -- probed in one read (unless the caller did). The delivery counts are checked by their drop,
   -- the first write (below), but where events read them first.
   local sets = #delayed > 0 and {q.delayed} or {}
-  probe(q, 'reasons', 'grouped')
+  if SIZES[q.reasons] == nil or SIZES[q.grouped] == nil then
+    probe(q, 'reasons', 'grouped')
+  end
   local drop_first = not q.event_cap
   local hashes = drop_first and {q.reasons, q.counts, q.grouped}
     or {q.deliveries, q.reasons, q.counts, q.grouped}

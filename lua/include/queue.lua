@@ -138,24 +138,34 @@ local function check_types(...)
   end
 end
 
--- Probe keys of q (names of its layout, the arguments after q) that a queue holds only while it uses an optional
--- feature (a rate limit, fair groups, delayed items, failure reasons, blocked workers...): one
--- read (EXISTS counts keys of every type) tells when none of them exists, and each is then known
--- empty (its size 0 in SIZES), so that its type check and the reads the feature would need are
--- skipped. When one exists, nothing is learned (each is checked and read as it comes). Keys
--- sized already are left out.
-local function probe(q, ...)
-  local keys = {}
-  for i = 1, select('#', ...) do
-    local key = q[select(i, ...)]
-    if SIZES[key] == nil then
-      keys[#keys + 1] = key
-    end
+-- Probe keys of q (up to six names of its layout, a to f) that a queue holds only while it uses
+-- an optional feature (a rate limit, fair groups, delayed items, failure reasons, blocked
+-- workers...): one read (EXISTS counts keys of every type) tells when none of them exists, and
+-- each is then known empty (its size 0 in SIZES), so that its type check and the reads the
+-- feature would need are skipped. When one exists, nothing is learned (each is checked and read
+-- as it comes). (Spelled out by count: a table and a loop here cost more than a command.)
+local function probe(q, a, b, c, d, e, f)
+  local found
+  if f then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d], q[e], q[f])
+  elseif e then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d], q[e])
+  elseif d then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d])
+  elseif c then
+    found = redis.call('EXISTS', q[a], q[b], q[c])
+  elseif b then
+    found = redis.call('EXISTS', q[a], q[b])
+  else
+    found = redis.call('EXISTS', q[a])
   end
-  if #keys > 0 and redis.call('EXISTS', unpack(keys)) == 0 then
-    for _, key in ipairs(keys) do
-      SIZES[key] = 0
-    end
+  if found == 0 then
+    SIZES[q[a]] = 0
+    if b then SIZES[q[b]] = 0 end
+    if c then SIZES[q[c]] = 0 end
+    if d then SIZES[q[d]] = 0 end
+    if e then SIZES[q[e]] = 0 end
+    if f then SIZES[q[f]] = 0 end
   end
 end
 
