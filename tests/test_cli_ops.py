@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode
 import pytest
 import redis
 
-from helpers import wait_for
+from helpers import dump_state, wait_for
 from redis_work_queue import Item, KeyPrefix, WorkQueue, cli
 from redis_work_queue.connect import cluster_node, connect, mask, target, with_credentials
 from redis_work_queue.errors import InvalidArgumentError
@@ -731,6 +731,7 @@ RUNNABLE: dict[str, list[str]] = {
     "functions": ["status"],
     "rate-limit": [P],
     "events": [P],
+    "groups": [P],
 }
 
 
@@ -862,3 +863,109 @@ def test_json_output_is_strict_or_a_one_line_error(real_db: redis.Redis, redis_u
     assert result.returncode == 1 and result.stdout == "", result.stdout
     error = json.loads(result.stderr)
     assert error["exit"] == 1 and "not finite" in error["error"]
+
+
+# Fair groups ---------------------------------------------------------------------------------
+
+
+def test_groups_lists_the_top_groups_and_pauses_resumes_and_caps_them(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix(P), group_concurrency=2)
+    escape = "evil\x1b[2J"  # a terminal escape in a group's name is never printed raw
+    for group, size in (("acme", 5), ("globex", 3), (escape, 1)):
+        assert all(queue.add_items(real_db, [Item(b"d") for _ in range(size)], group=group))
+    assert queue.lease(real_db, 30, block=False) is not None  # acme's turn
+    url = ["--url", redis_url]
+
+    listed = rwq("groups", P, *url, "--json")
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    assert json.loads(listed.stdout) == {
+        "queue": P,
+        "groups_waiting": 3,
+        "grouped": 8,
+        "group_concurrency": 2,
+        "groups": [
+            {"group": "acme", "waiting": 4, "in_flight": 1, "paused": False},
+            {"group": "globex", "waiting": 3, "in_flight": 0, "paused": False},
+            {"group": escape, "waiting": 1, "in_flight": 0, "paused": False},
+        ],
+        "rest": 0,
+    }
+    top = rwq("groups", P, "--top", "1", *url)
+    assert top.returncode == 0, top.stderr
+    assert top.stdout.splitlines() == [
+        f"{P}: 3 groups with items waiting (8 items); group concurrency 2",
+        "group  waiting  in flight  state",
+        "acme         4          1  active",
+        "... and 2 more groups with items waiting (--top to list more)",
+    ]
+    # The same text on a terminal (stderr on a pseudo-terminal), with the escape quoted.
+    code, out, err = run_on_a_terminal("groups", P, *url)
+    assert code == 0 and err == "", err
+    assert out == rwq("groups", P, *url).stdout
+    assert "\x1b" not in out and repr(escape) in out
+
+    paused = rwq("groups", "pause", P, "globex", *url)
+    assert (paused.returncode, paused.stdout) == (0, f"{P} globex: paused\n")
+    assert queue.stats(real_db, groups=["globex"]).groups["globex"].paused
+    again = rwq("groups", "pause", P, "globex", *url, "--json")
+    assert json.loads(again.stdout) == {
+        "queue": P,
+        "group": "globex",
+        "action": "pause",
+        "changed": False,
+    }
+    shown = {line.split()[0]: line for line in rwq("groups", P, *url).stdout.splitlines()[2:]}
+    assert shown["globex"].endswith("paused") and shown["acme"].endswith("active")
+    resumed = rwq("groups", "resume", P, "globex", *url)
+    assert (resumed.returncode, resumed.stdout) == (0, f"{P} globex: resumed\n")
+    assert rwq("groups", "resume", P, "globex", *url).stdout == f"{P} globex: not paused\n"
+    assert not queue.stats(real_db, groups=["globex"]).groups["globex"].paused
+
+    capped = rwq("groups", "concurrency", P, "5", *url, "--json")
+    assert json.loads(capped.stdout) == {"queue": P, "group_concurrency": 5}
+    assert queue.stats(real_db).group_concurrency == 5
+    off = rwq("groups", "concurrency", P, "off", *url)
+    assert (off.returncode, off.stdout) == (0, f"{P}: group concurrency none\n")
+    assert queue.stats(real_db).group_concurrency is None
+
+
+def test_groups_refuses_bad_usage_in_one_line_and_writes_nothing(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix(P))
+    queue.add_item(real_db, Item(b"d"), group="acme")
+    before = dump_state(real_db)
+    for args, words in (
+        (["concurrency", P, "0"], "at least 1"),
+        (["concurrency", P, "many"], "positive int or off"),
+        (["concurrency", P], "usage: rwq groups concurrency QUEUE N|off"),
+        (["pause", P], "usage: rwq groups pause QUEUE GROUP"),
+        (["pause", P, ""], "must not be empty"),
+        (["resume", P, "x" * 257], "at most 256 bytes"),
+        ([P, "other"], "name one queue"),
+        ([P, "--top", "0"], "--top must be 1 to 1000"),
+        (["pause", P, "acme", "--shards", "2"], "sharded queue"),
+    ):
+        result = rwq("groups", *args, "--url", redis_url)
+        assert result.returncode == 2 and result.stdout == "", args
+        assert words in one_line(result), args
+    as_json = rwq("groups", "concurrency", P, "0", "--url", redis_url, "--json")
+    assert as_json.returncode == 2 and "at least 1" in json.loads(as_json.stderr)["error"]
+    assert dump_state(real_db) == before
+
+
+def test_groups_never_prints_the_password() -> None:
+    result = rwq("--url", "redis://:s3cret-pw@127.0.0.1:1/0", "groups", "pause", P, "acme")
+    assert result.returncode == 3
+    assert "s3cret-pw" not in result.stderr + result.stdout and "cannot reach" in one_line(result)
+
+
+def test_groups_of_a_queue_without_groups(real_db: redis.Redis, redis_url: str) -> None:
+    WorkQueue(KeyPrefix(P)).add_item(real_db, Item(b"plain"))
+    result = rwq("groups", P, "--url", redis_url)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout == f"{P}: 0 groups with items waiting (0 items); group concurrency none\n"
+    missing = rwq("groups", "nothing-here", "--url", redis_url)
+    assert missing.returncode == 0 and "has no keys" in one_line(missing)

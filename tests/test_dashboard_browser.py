@@ -452,3 +452,83 @@ def test_a_worker_registration_with_unreadable_numbers_is_shown_as_such(
     assert odd[9] == "unreadable: beat, completed, pid"
     assert rows["box:5:ok"][2] == "5" and rows["box:5:ok"][6] == "4" and rows["box:5:ok"][9] == ""
     assert not by_css(driver, "#banner").is_displayed()
+
+
+def group_rows(driver: Any) -> dict[str, list[str]] | None:
+    """The Groups table as the page shows it: each group's cells' text, by name (one script
+    run); None while the section is hidden."""
+    found: dict[str, list[str]] | None = driver.execute_script(
+        """
+        if (document.getElementById("groups-box").hidden) return null;
+        const rows = {};
+        for (const r of document.querySelectorAll("#groups tbody tr[data-group]")) {
+          rows[r.dataset.group] = Array.from(r.cells).map((c) => c.textContent);
+        }
+        return rows;
+        """
+    )
+    return found
+
+
+def test_a_queues_groups_shown_live_and_paused_from_the_page(
+    driver: Any, real_db: redis.Redis, redis_url: str, dashboards: Callable[..., Dashboard]
+) -> None:
+    """A queue with fair groups shows its groups by backlog, each with its counts, the cap and
+    its state, redrawn as they change; pause and resume act from the page. A queue without
+    groups shows no Groups section."""
+    queue = WorkQueue(KeyPrefix("tenants"), group_concurrency=2)
+    markup = "<b>initech</b>"
+    for group, size in (("acme", 6), ("globex", 3), (markup, 1)):
+        queue.add_items(real_db, [Item(f"{group} {n}".encode()) for n in range(size)], group=group)
+    held = [queue.lease(real_db, 60, block=False) for _ in range(3)]  # acme, globex, initech
+    assert all(held)
+    WorkQueue(KeyPrefix("plain")).add_item(real_db, Item(b"no group"))
+    dash = dashboards(redis_url, "tenants", "plain", "--allow-actions")
+    driver.get(dash.url + "?queue=tenants")
+    wait_for(lambda: "acme" in (group_rows(driver) or {}), WAIT, "the groups")
+    rows = group_rows(driver)
+    assert rows is not None and list(rows) == ["acme", "globex"]  # initech has none waiting
+    assert rows["acme"][:5] == ["acme", "5", "1", "2", "active"]
+    assert rows["globex"][:5] == ["globex", "2", "1", "2", "active"]
+    assert text_of(driver, "#groups-count") == "(2 with items waiting)"
+    assert "7 items waiting" in (text_of(driver, "#groups-summary") or "")
+    assert "group concurrency: 2" in (text_of(driver, "#groups-summary") or "")
+    driver.execute_script("window.sameDocument = 'yes';")
+
+    # Live: a group that gets items is drawn without a reload, its name as text.
+    queue.add_items(real_db, [Item(b"more") for _ in range(8)], group=markup)
+    wait_for(lambda: markup in (group_rows(driver) or {}), WAIT, "the new group, live")
+    assert list(group_rows(driver) or {}) == [markup, "acme", "globex"]  # most waiting first
+    assert all_css(driver, "#groups b") == []  # shown as text, never as markup
+    screenshot(driver, "dashboard-groups")
+
+    # Pause acme from its row: the queue holds its items back, the row says so.
+    click(driver, "#groups tr[data-group='acme'] button.group-pause")
+    wait_for(lambda: queue.stats(real_db, groups=["acme"]).groups["acme"].paused, WAIT, "pause")
+    wait_for(lambda: (group_rows(driver) or {})["acme"][4] == "paused", WAIT, "paused, drawn")
+    wait_for(lambda: "paused group acme" in (text_of(driver, "#notice") or ""), WAIT, "message")
+    # Globex and initech each take one more (then both are at the cap of 2); acme gives none.
+    leased = [queue.lease(real_db, 60, block=False) for _ in range(4)]
+    got = sorted(i.data().split()[0] for i in leased if i is not None)
+    assert got == [b"globex", b"more"]
+    screenshot(driver, "dashboard-groups-paused")
+    click(driver, "#groups tr[data-group='acme'] button.group-resume")
+    wait_for(lambda: not queue.stats(real_db, groups=["acme"]).groups["acme"].paused, WAIT, "go")
+    wait_for(lambda: (group_rows(driver) or {})["acme"][4] == "active", WAIT, "active, drawn")
+
+    # A group by name (not listed: nothing waiting) is paused from the form.
+    button = by_css(driver, "#group-pause")
+    assert not button.is_enabled()
+    by_css(driver, "#group-name").send_keys("hooli")
+    wait_for(button.is_enabled, WAIT, "the pause button")
+    button.click()
+    wait_for(lambda: queue.stats(real_db, groups=["hooli"]).groups["hooli"].paused, WAIT, "hooli")
+    assert driver.execute_script("return window.sameDocument") == "yes"
+    assert not by_css(driver, "#banner").is_displayed()
+
+    # A queue without groups shows no Groups section.
+    driver.get(dash.url + "?queue=plain")
+    wait_for(lambda: text_of(driver, "#detail-name") == "plain", WAIT, "the plain queue")
+    wait_for(lambda: (shown_counts(driver, "plain") or {}).get("queued") == 1, WAIT, "drawn")
+    assert group_rows(driver) is None
+    assert not by_css(driver, "#groups-box").is_displayed()

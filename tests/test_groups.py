@@ -428,6 +428,7 @@ def test_a_sharded_queue_refuses_groups(db: redis.Redis) -> None:
         lambda: queue.resume_group(db, "A"),
         lambda: queue.set_group_concurrency(db, 2),
         lambda: queue.stats(db, groups=["A"]),
+        lambda: queue.stats(db, top_groups=1),
     ):
         with pytest.raises(InvalidArgumentError, match="sharded queue"):
             call()
@@ -621,11 +622,64 @@ def test_metrics_rank_the_groups_by_backlog_and_count_them_in_the_work(db: redis
     )
     backlog = next(f for f in families([m]) if f.name == "group_backlog")
     assert len(backlog.samples) == TOP_GROUPS
+    waiting = next(f for f in families([m]) if f.name == "groups_waiting")
+    assert waiting.samples == [("", {"queue": "gq"}, TOP_GROUPS + 4)]  # g00 drained by the lease
     assert backlog.samples[0] == ("", {"queue": "gq", "group": "g14"}, 15.0)
     # Drained, the ranking and the total are empty again.
     _drain(db, queue)
     m = run(db, read_steps(queue.ops))
     assert m.top_groups == () and m.stats.grouped == 0
+
+
+def test_stats_reads_the_top_groups_by_backlog_with_their_counts(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    from redis_work_queue.ops.metrics import read_steps  # noqa: PLC0415
+    from redis_work_queue.transport import run  # noqa: PLC0415
+
+    assert queue.stats(db, top_groups=5).groups_waiting == 0
+    _add(db, queue, None, 1)
+    for k, n in enumerate((4, 7, 2, 5)):
+        _add(db, queue, f"g{k}", n)
+    first = queue.lease(db, LEASE_SECS, block=False)  # the first group's turn: g0
+    assert first is not None and first.id() == "g00"
+    assert queue.pause_group(db, "g3")
+    stats = queue.stats(db, groups=["g2"], top_groups=3)
+    assert stats.groups_waiting == 4 and stats.grouped == 4 + 7 + 2 + 5 - 1
+    assert list(stats.top_groups) == ["g1", "g3", "g0"]  # most waiting first
+    assert stats.top_groups == {
+        "g1": GroupStats(7, 0, False),
+        "g3": GroupStats(5, 0, True),
+        "g0": GroupStats(3, 1, False),
+    }
+    assert stats.groups == {"g2": GroupStats(2, 0, False)}
+    # The ranking the metrics export, read in the same way.
+    ranked = run(db, read_steps(WorkQueue(QUEUE).ops)).top_groups
+    assert [name for name, _ in ranked][:3] == list(stats.top_groups)
+    assert queue.stats(db).top_groups == {}  # none asked for: none read
+    assert len(queue.stats(db, top_groups=1000).top_groups) == 4
+    _drain(db, queue)
+    assert queue.resume_group(db, "g3")
+    _drain(db, queue)
+    drained = queue.stats(db, top_groups=3)
+    assert drained.groups_waiting == 0 and drained.top_groups == {}
+
+
+@pytest.mark.parametrize(
+    ("top", "error"),
+    [
+        (-1, InvalidArgumentError),
+        (1001, InvalidArgumentError),
+        (True, InvalidArgumentTypeError),
+        ("3", InvalidArgumentTypeError),
+        (1.5, InvalidArgumentTypeError),
+    ],
+)
+def test_a_bad_top_groups_is_refused(
+    db: redis.Redis, queue: WorkQueue, top: Any, error: type
+) -> None:
+    with pytest.raises(error, match="top_groups"):
+        queue.stats(db, top_groups=top)
 
 
 def test_a_held_completion_counts_a_grouped_item_out_of_flight(db: redis.Redis) -> None:

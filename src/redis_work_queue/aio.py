@@ -215,10 +215,10 @@ class AsyncWorkQueue(QueueBase):
         return await arun(db, self.ops.purge_dead(ids))
 
     async def stats(
-        self, db: AsyncClient, groups: Iterable[str] | None = None
+        self, db: AsyncClient, groups: Iterable[str] | None = None, top_groups: int = 0
     ) -> results.QueueStats:
         """See :meth:`WorkQueue.stats`."""
-        return await arun(db, self.ops.stats(groups))
+        return await arun(db, self.ops.stats(groups, top_groups))
 
     async def counts(self, db: AsyncClient) -> results.QueueCounts:
         """See :meth:`WorkQueue.counts`."""

@@ -988,6 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", type=int, default=1, help="most items at once (default 1)")
     p.add_argument("--off", action="store_true", help="remove the limit")
     p.set_defaults(func=_rate_limit)
+    _groups_command(command)
     return parser
 
 
@@ -1311,6 +1312,130 @@ def _rate_limit(args: argparse.Namespace, db: Any) -> int:
         print(f"{args.queues[0]}: no rate limit")
     else:
         print(f"{args.queues[0]}: {limit.count:g} per {limit.per_secs:g} s, burst {limit.burst}")
+    return EXIT_OK
+
+
+# Fair groups ------------------------------------------------------------------------------------
+
+#: Groups ``rwq groups QUEUE`` lists by default, and at most (``--top``).
+GROUPS_TOP = 20
+GROUPS_TOP_MAX = 1000
+_GROUPS_USAGE = (
+    "rwq groups [options] QUEUE | pause QUEUE GROUP | resume QUEUE GROUP | concurrency QUEUE N|off"
+)
+
+
+def _groups_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``rwq groups``."""
+    p = command(
+        "groups",
+        usage=_GROUPS_USAGE,
+        help="list a queue's fair groups by backlog; pause, resume, or set their concurrency",
+        description="With QUEUE: the groups with the most items waiting (--top of them), each "
+        "with its items waiting and in flight and whether it is paused, and how many groups "
+        "have items waiting. 'pause QUEUE GROUP' stops handing out a group's items, 'resume "
+        "QUEUE GROUP' lets them go again, 'concurrency QUEUE N' caps the items of one group "
+        "in flight across the fleet ('off' removes the cap).",
+    )
+    p.add_argument("words", nargs="+", metavar="ARG", help="QUEUE, or ACTION QUEUE VALUE")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=GROUPS_TOP,
+        metavar="N",
+        help=f"groups listed, 1 to {GROUPS_TOP_MAX} (default {GROUPS_TOP})",
+    )
+    p.set_defaults(func=_groups)
+
+
+def _shown(name: str) -> str:
+    """A group's name for a terminal: as it is when printable, else quoted with escapes."""
+    return name if name.isprintable() and name.strip() == name else repr(name)
+
+
+def _groups(args: argparse.Namespace, db: Any) -> int:
+    """``rwq groups``: list a queue's top groups, or pause, resume or cap them."""
+    words = list(args.words)
+    if words[0] in ("pause", "resume", "concurrency") and len(words) > 1:
+        if len(words) != 3:
+            what = "N|off" if words[0] == "concurrency" else "GROUP"
+            raise Failure(EXIT_USAGE, f"usage: rwq groups {words[0]} QUEUE {what}")
+        action, name, value = words
+        queue = _queue(args, name)
+        if action == "concurrency":
+            return _group_concurrency(args, db, queue, name, value)
+        changed = (queue.pause_group if action == "pause" else queue.resume_group)(db, value)
+        if args.json:
+            _json_out({"queue": name, "group": value, "action": action, "changed": changed})
+        else:
+            done = {"pause": "paused", "resume": "resumed"}[action]
+            if not changed:
+                done = "paused already" if action == "pause" else "not paused"
+            print(f"{name} {_shown(value)}: {done}")
+        return EXIT_OK
+    if len(words) != 1:
+        raise Failure(EXIT_USAGE, f"name one queue (usage: {_GROUPS_USAGE})")
+    if not 1 <= args.top <= GROUPS_TOP_MAX:
+        raise Failure(EXIT_USAGE, f"--top must be 1 to {GROUPS_TOP_MAX}, got {args.top}")
+    name = words[0]
+    stats = _queue(args, name).stats(db, top_groups=args.top)
+    rows = [
+        {"group": g, "waiting": c.ready, "in_flight": c.in_flight, "paused": c.paused}
+        for g, c in stats.top_groups.items()
+    ]
+    rest = max(stats.groups_waiting - len(rows), 0)
+    if not rows:
+        _warn_missing(db, [name], args)
+    if args.json:
+        _json_out(
+            {
+                "queue": name,
+                "groups_waiting": stats.groups_waiting,
+                "grouped": stats.grouped,
+                "group_concurrency": stats.group_concurrency,
+                "groups": rows,
+                "rest": rest,
+            }
+        )
+        return EXIT_OK
+    cap = "none" if stats.group_concurrency is None else str(stats.group_concurrency)
+    print(
+        f"{name}: {plural(stats.groups_waiting, 'group')} with items waiting "
+        f"({plural(stats.grouped, 'item')}); group concurrency {cap}"
+    )
+    if rows:
+        table = [["group", "waiting", "in flight", "state"]]
+        for group, c in stats.top_groups.items():
+            state = "paused" if c.paused else "active"
+            table.append([_shown(group), str(c.ready), str(c.in_flight), state])
+        widths = [max(len(row[i]) for row in table) for i in range(4)]
+        for row in table:
+            name_cell = row[0].ljust(widths[0])
+            print(f"{name_cell}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
+    if rest:
+        print(f"... and {plural(rest, 'more group')} with items waiting (--top to list more)")
+    return EXIT_OK
+
+
+def _group_concurrency(
+    args: argparse.Namespace, db: Any, queue: WorkQueue, name: str, value: str
+) -> int:
+    """``rwq groups concurrency QUEUE N|off``: set or remove the cap; print the one in force."""
+    if value == "off":
+        queue.set_group_concurrency(db, None)
+    else:
+        try:
+            cap = int(value)
+        except ValueError as err:
+            raise Failure(
+                EXIT_USAGE, f"the group concurrency must be a positive int or off, got {value!r}"
+            ) from err
+        queue.set_group_concurrency(db, cap)
+    found = queue.stats(db).group_concurrency
+    if args.json:
+        _json_out({"queue": name, "group_concurrency": found})
+    else:
+        print(f"{name}: group concurrency {'none' if found is None else found}")
     return EXIT_OK
 
 

@@ -6,8 +6,9 @@ Per queue (label ``queue``), read from Redis at each scrape, so any process can 
   (:meth:`WorkQueue.stats`); ``rwq_delayed_due`` (delayed items whose due time has passed,
   at most :data:`DUE_CAP`); ``rwq_work``, the work to do, for autoscalers: queued (on the
   main queue and the groups' lists) + delayed due + leased + expired; ``rwq_grouped``, the
-  items waiting on the groups' lists; ``rwq_group_backlog`` (labels ``queue``, ``group``),
-  the items waiting on each of the 10 groups with the most;
+  items waiting on the groups' lists; ``rwq_groups_waiting``, the groups with items waiting;
+  ``rwq_group_backlog`` (labels ``queue``, ``group``), the items waiting on each of the 10
+  groups with the most;
   ``rwq_oldest_waiting_seconds``, the age of the item next to be leased, from the time in its
   id (only for UUIDv7 ids, the library's own; absent otherwise); ``rwq_delayed_overdue_seconds``,
   how long ago the earliest delayed item fell due (0 when none is due); ``rwq_workers``, live
@@ -69,6 +70,7 @@ GAUGES = {
     "oldest_waiting_seconds": "Age of the item next to be leased, from its id's time (UUIDv7).",
     "delayed_overdue_seconds": "How long ago the earliest delayed item fell due (0: none due).",
     "workers": "Live workers (registrations whose heartbeat has not lapsed).",
+    "groups_waiting": "Groups with items waiting on their lists (fair groups).",
     "rate_limit_per_second": "The queue's rate limit, in items leased per second (none: no limit).",
 }
 #: Counter name (without ``_total``) -> help text, one per QueueCounts field.
@@ -122,6 +124,7 @@ def _gauge(m: QueueMetrics, name: str) -> float | None:
         "oldest_waiting_seconds": m.oldest_waiting,
         "delayed_overdue_seconds": m.delayed_overdue,
         "workers": m.workers,
+        "groups_waiting": m.stats.groups_waiting,
     }
     if name == "rate_limit_per_second":
         limit = m.stats.rate_limit

@@ -30,6 +30,10 @@ class QueueStats:
         group_concurrency: The cap on the items of one group in flight, as kept in Redis (see
             ``set_group_concurrency``), or None.
         groups: The counts of each group asked for with ``stats(groups=...)``, by name.
+        groups_waiting: How many groups have items waiting on their lists (paused ones
+            among them).
+        top_groups: With ``stats(top_groups=N)``, the counts of the N groups with the most
+            items waiting, by name, most first (ties in reverse order of name).
     """
 
     queued: int
@@ -41,6 +45,8 @@ class QueueStats:
     grouped: int = 0
     group_concurrency: int | None = None
     groups: dict[str, GroupStats] = field(default_factory=dict)
+    groups_waiting: int = 0
+    top_groups: dict[str, GroupStats] = field(default_factory=dict)
 
 
 #: A record's ``size`` when it is not given: the length of its ``data``.

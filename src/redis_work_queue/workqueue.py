@@ -530,7 +530,9 @@ class WorkQueue(QueueBase):
 
     # Inspection -------------------------------------------------------------------------------
 
-    def stats(self, db: SyncClient, groups: Iterable[str] | None = None) -> results.QueueStats:
+    def stats(
+        self, db: SyncClient, groups: Iterable[str] | None = None, top_groups: int = 0
+    ) -> results.QueueStats:
         """Queued, leased, expired-awaiting-clean, delayed and dead counts.
 
         The processing list is checked in chunks of 2000 entries, so the counts are not one
@@ -541,12 +543,16 @@ class WorkQueue(QueueBase):
             groups: Names of groups whose counts to read as well (at most 1000): each one's
                 ready and in-flight items and whether it is paused, in ``groups`` of the
                 result.
+            top_groups: How many of the groups with the most items waiting to read the counts
+                of as well (0 to 1000), in ``top_groups`` of the result, most first: a bounded
+                read of the ranking the adds and leases keep, never a scan of the groups.
 
         Raises:
             InvalidArgumentError: A name of ``groups`` is not a valid group name, or there
-                are more than 1000.
+                are more than 1000; ``top_groups`` is out of range (or not an int); or groups
+                are asked for on a sharded queue.
         """
-        return run(db, self.ops.stats(groups))
+        return run(db, self.ops.stats(groups, top_groups))
 
     def counts(self, db: SyncClient) -> results.QueueCounts:
         """The queue's counters: items added, completed, failed, retried, dead, expired, requeued.

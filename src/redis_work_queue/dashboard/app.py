@@ -8,7 +8,8 @@ one job, ``GET /api/live?name=&since=`` the events of a queue made with ``events
 bounded blocking read: the page redraws as they come, and polls a queue without events),
 ``GET /api/workers`` the live workers of every queue shown and the queues' job
 durations, ``GET /api/data`` one item's whole data, and ``POST /api/action`` an action on one
-queue or one job (only when actions are enabled, and only with the page's CSRF token). Redis
+queue, one job or one group (only when actions are enabled, and only with the page's CSRF
+token). Redis
 being unreachable is answered with status 503 and an error the page shows in a banner; the next
 request after Redis is back succeeds.
 """
@@ -43,6 +44,7 @@ from ..aio import AsyncWorkQueue
 from ..cli import plural
 from ..connect import mask
 from ..errors import InvalidArgumentError, WorkQueueError
+from ..flow import check_group
 from ..keyprefix import KeyPrefix
 from ..results import Cancelled
 from ..validation import check_refresh_secs
@@ -56,7 +58,9 @@ CSRF_HEADER = "x-csrf-token"
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 #: The actions on one job (job control's operations), by id.
 JOB_ACTIONS = ("cancel", "promote", "retry")
-ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush", *JOB_ACTIONS)
+#: The actions on one group of a queue (fair groups), by name.
+GROUP_ACTIONS = ("pause-group", "resume-group")
+ACTIONS = ("requeue", "purge", "light-clean", "deep-clean", "flush", *JOB_ACTIONS, *GROUP_ACTIONS)
 #: Longest wait between two samples while Redis is unreachable.
 MAX_SAMPLE_BACKOFF = 30.0
 
@@ -75,7 +79,8 @@ class DashboardSettings:
         url: The Redis URL.
         queues: Queues shown by name.
         match: Glob patterns over queue names; matching queues are found by SCAN.
-        allow_actions: Enable the POST actions (requeue, purge, clean, flush).
+        allow_actions: Enable the POST actions (requeue, purge, clean, flush, job control,
+            pausing and resuming groups).
         auth: ``(user, password)`` for HTTP basic auth, or None for none.
         refresh_secs: How often the page fetches new data.
         sample_secs: How often the server samples the counts for the charts.
@@ -399,7 +404,7 @@ class _Refused(Exception):
 async def _checked_action(
     request: Request, state: DashboardState
 ) -> tuple[str, str, list[str] | None]:
-    """The queue, action and ids of an action request, once every check passed.
+    """The queue, action and ids (or group) of an action request, once every check passed.
 
     Raises:
         _Refused: Actions are disabled, the CSRF token is missing or wrong, or the body is
@@ -436,6 +441,12 @@ async def _checked_action(
         if not isinstance(body.get("id"), str) or not body["id"]:
             raise _Refused(400, f'name the job to {kind} in "id" (a string)')
         ids = [body["id"]]
+    if kind in GROUP_ACTIONS:
+        # One group, by name (fair groups): checked as the library checks a group's name.
+        try:
+            ids = [check_group(body.get("group"), '"group"')]
+        except InvalidArgumentError as err:
+            raise _Refused(400, str(err)) from err
     if kind in ("requeue", "purge") and ids is None and body.get("confirm") != name:
         raise _Refused(
             400, f"type the queue's name ({name}) to confirm {kind} of every dead letter"
@@ -460,6 +471,9 @@ async def action(request: Request) -> Response:
         elif kind in JOB_ACTIONS:
             assert ids is not None  # checked: one job's id
             message = await _job_action(queue, state.db, kind, ids[0])
+        elif kind in GROUP_ACTIONS:
+            assert ids is not None  # checked: one group's name
+            message = await _group_action(queue, state.db, kind, ids[0])
         elif kind == "light-clean":
             message = _clean_message(await queue.light_clean(state.db))
         elif kind == "deep-clean":
@@ -488,6 +502,17 @@ async def _job_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, item_id:
     if await queue.retry(db, item_id):
         return f"{item_id} is queued again"
     return f"{item_id} is not a dead letter (or its id is in use again)"
+
+
+async def _group_action(queue: AsyncWorkQueue, db: AsyncRedis, kind: str, group: str) -> str:
+    """Pause or resume one group of a queue; what it did."""
+    if kind == "pause-group":
+        if await queue.pause_group(db, group):
+            return f"paused group {group} (its items wait; those in flight finish)"
+        return f"group {group} was paused already"
+    if await queue.resume_group(db, group):
+        return f"resumed group {group}"
+    return f"group {group} was not paused"
 
 
 def _clean_message(report: Any) -> str:

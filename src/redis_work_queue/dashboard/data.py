@@ -25,6 +25,7 @@ from ..keyprefix import KeyPrefix, QueueKeys, check_queue_name
 from ..ops import DeadLetter
 from ..ops import events as events_ops
 from ..ops.schedules import Schedule, listed, schedule_list_call
+from ..results import QueueStats
 from ..transport import arun
 
 #: The fixed keys that make a queue visible to discovery, by the name after its prefix.
@@ -428,10 +429,11 @@ async def queue_tab(db: AsyncRedis, name: str, tab: str, page: int) -> dict[str,
 
     Returns:
         A JSON-ready dict: ``name``, ``tab``, ``page``, ``pages``, ``first``, ``last``,
-        ``total``, ``counts`` and ``rows``.
+        ``total``, ``counts``, ``rows``, ``schedules`` and ``groups`` (see
+        :func:`groups_view`).
     """
     queue = AsyncWorkQueue(KeyPrefix(name))
-    stats = await queue.stats(db)
+    stats = await queue.stats(db, top_groups=GROUPS_SHOWN)
     totals = {
         "waiting": stats.queued,
         "leased": stats.leased + stats.expired,
@@ -488,9 +490,46 @@ async def queue_tab(db: AsyncRedis, name: str, tab: str, page: int) -> dict[str,
         "first": first if rows else 0,
         "last": last if rows else 0,
         "total": total,
-        "counts": asdict(stats),
+        "counts": {k: v for k, v in asdict(stats).items() if k != "top_groups"},
         "rows": rows,
         "schedules": await queue_schedules(db, name),
+        "groups": groups_view(stats),
+    }
+
+
+#: Groups of a queue shown at most: those with the most items waiting.
+GROUPS_SHOWN = 20
+
+
+def groups_view(stats: QueueStats) -> dict[str, Any] | None:
+    """A queue's fair groups as its page shows them; None for a queue without groups.
+
+    The groups come from ``stats(top_groups=GROUPS_SHOWN)``: the :data:`GROUPS_SHOWN` groups
+    with the most items waiting, read from the ranking the adds and leases keep
+    (``<prefix>:groups:backlog``, as the metrics read it), never a scan of every group.
+
+    Args:
+        stats: The queue's counts, read with ``top_groups``.
+
+    Returns:
+        None when no group has items waiting and no group concurrency is set; else ``total``
+        (groups with items waiting), ``rest`` (those of them not shown), ``grouped`` (items
+        waiting on every group's list), ``cap`` (the group concurrency, or None) and ``rows``:
+        ``name``, ``ready``, ``in_flight`` and ``paused`` of each group shown, most waiting
+        first.
+    """
+    if not stats.groups_waiting and not stats.grouped and stats.group_concurrency is None:
+        return None
+    rows = [
+        {"name": name, "ready": g.ready, "in_flight": g.in_flight, "paused": g.paused}
+        for name, g in stats.top_groups.items()
+    ]
+    return {
+        "total": stats.groups_waiting,
+        "rest": max(stats.groups_waiting - len(rows), 0),
+        "grouped": stats.grouped,
+        "cap": stats.group_concurrency,
+        "rows": rows,
     }
 
 

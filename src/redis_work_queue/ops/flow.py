@@ -82,21 +82,31 @@ def group_set_call(keys: QueueKeys, mode: str, value: scripts.Arg) -> ScriptCall
     return ScriptCall.on(keys, "group_set", mode, value)
 
 
-@operation(methods=("set_group_concurrency",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+@operation(
+    methods=("set_group_concurrency",),
+    scripts=("group_set",),
+    writes=True,
+    cli="groups",
+    docs=GROUP_DOCS,
+)
 def set_group_concurrency(queue: QueueOps, limit: int | None) -> Steps[None]:
     """Set the cap on the items of one group in flight for the fleet, or remove it (None)."""
     cap = check_group_concurrency(limit)
     yield group_set_call(queue.group_keys(), "cap", cap or 0)
 
 
-@operation(methods=("pause_group",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+@operation(
+    methods=("pause_group",), scripts=("group_set",), writes=True, cli="groups", docs=GROUP_DOCS
+)
 def pause_group(queue: QueueOps, group: str) -> Steps[bool]:
     """Pause ``group``: True when it was not paused already."""
     name = check_group(group)
     return bool((yield group_set_call(queue.group_keys(), "pause", name)))
 
 
-@operation(methods=("resume_group",), scripts=("group_set",), writes=True, docs=GROUP_DOCS)
+@operation(
+    methods=("resume_group",), scripts=("group_set",), writes=True, cli="groups", docs=GROUP_DOCS
+)
 def resume_group(queue: QueueOps, group: str) -> Steps[bool]:
     """Resume ``group``: True when it was paused."""
     name = check_group(group)

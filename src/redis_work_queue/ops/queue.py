@@ -239,12 +239,13 @@ def complete_result_call(
 
 
 @builds("stats")
-def stats_call(keys: QueueKeys, first: int, last: int, *groups: str) -> ScriptCall:
+def stats_call(keys: QueueKeys, first: int, last: int, top: int, *groups: str) -> ScriptCall:
     """``lua/stats.lua``: the queue's counts, with processing-list entries first..last.
 
-    The counts of each of ``groups`` come with them.
+    The counts of each of ``groups``, and of the ``top`` groups with the most items waiting,
+    come with them.
     """
-    return ScriptCall.on(keys, "stats", first, last, *groups)
+    return ScriptCall.on(keys, "stats", first, last, top, *groups)
 
 
 @builds("peek")
@@ -316,6 +317,24 @@ def _group_names(groups: Iterable[str] | None) -> list[str]:
             f"stats reads at most {STATS_GROUPS} groups per call, got {len(names)}"
         )
     return names
+
+
+def check_top_groups(top_groups: object) -> int:
+    """``stats``'s ``top_groups``, checked: an int of 0 to :data:`STATS_GROUPS`.
+
+    Raises:
+        InvalidArgumentTypeError: It is not an int.
+        InvalidArgumentError: It is out of range.
+    """
+    if isinstance(top_groups, bool) or not isinstance(top_groups, int):
+        raise InvalidArgumentTypeError(
+            f"stats's top_groups must be an int (how many groups), not {type(top_groups).__name__}"
+        )
+    if not 0 <= top_groups <= STATS_GROUPS:
+        raise InvalidArgumentError(
+            f"stats's top_groups must be 0 to {STATS_GROUPS}, got {top_groups}"
+        )
+    return top_groups
 
 
 def _add_chunks(items: Sequence[Item]) -> Iterator[Sequence[Item]]:
@@ -726,18 +745,27 @@ class QueueOps:
     # Inspection -------------------------------------------------------------------------------
 
     @operation(methods=("stats",), scripts=("stats",), cli="info", docs=API)
-    def stats(self, groups: Iterable[str] | None = None) -> Steps[QueueStats]:
-        """The queue's counts (and those of ``groups``); the processing list in chunks."""
+    def stats(self, groups: Iterable[str] | None = None, top_groups: int = 0) -> Steps[QueueStats]:
+        """The queue's counts (and those of ``groups`` and the top groups); see the facade.
+
+        The processing list is read in chunks; the groups' counts come with the first.
+        """
         names = _group_names(groups)
+        wanted = check_top_groups(top_groups)
         start = live = examined = gone = 0
         asked: list[Any] = []
+        top: list[Any] = []
         while True:
-            chunk_groups = names if start == 0 else []
+            first = start == 0
             reply: list[Any] = yield stats_call(
-                self.keys, start, start + STATS_CHUNK - 1, *chunk_groups
+                self.keys,
+                start,
+                start + STATS_CHUNK - 1,
+                wanted if first else 0,
+                *(names if first else ()),
             )
-            if start == 0:
-                asked = reply[10]
+            if first:
+                asked, top = reply[10], reply[12]
             queued, processing, delayed, dead, seen, alive, done = (int(v) for v in reply[:7])
             examined += seen
             live += alive
@@ -758,6 +786,11 @@ class QueueOps:
             groups={
                 name: GroupStats(int(ready), int(busy), bool(paused))
                 for name, (ready, busy, paused) in zip(names, asked, strict=True)
+            },
+            groups_waiting=int(reply[11]),
+            top_groups={
+                decode(name): GroupStats(int(ready), int(busy), bool(paused))
+                for name, ready, busy, paused in top
             },
         )
 

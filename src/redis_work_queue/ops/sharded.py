@@ -490,9 +490,11 @@ class ShardedOps(QueueOps):
             "its own turns and group_concurrency; use groups on an unsharded queue"
         )
 
-    def stats(self, groups: Iterable[str] | None = None) -> Steps[results.QueueStats]:
+    def stats(
+        self, groups: Iterable[str] | None = None, top_groups: int = 0
+    ) -> Steps[results.QueueStats]:
         """The counts of every shard, summed."""
-        if groups is not None:
+        if groups is not None or top_groups:
             self.group_keys()
         found = []
         for shard in self.shard_ops:

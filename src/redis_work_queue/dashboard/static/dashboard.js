@@ -298,6 +298,7 @@
     if (d.broken) return;
     lastQueue = d.name;
     drawSchedules(d.schedules);
+    drawGroups(d.groups);
     const totals = {
       waiting: d.counts.queued,
       leased: d.counts.leased + d.counts.expired,
@@ -404,6 +405,45 @@
       row.append(el("td", r.name), el("td", plan, "mono"), el("td", r.tz), el("td", utc(r.next_due)), state, last);
       tbody.append(row);
     }
+  }
+
+  // A queue's fair groups: the groups with the most items waiting (a bounded number, read from
+  // the ranking the queue keeps), each with its counts; nothing for a queue without groups.
+  function drawGroups(g) {
+    const box = $("groups-box");
+    const tbody = document.querySelector("#groups tbody");
+    tbody.replaceChildren();
+    box.hidden = !g;
+    if (!g) return;
+    const count = (n) => n.toLocaleString("en-US");
+    $("groups-count").textContent = `(${count(g.total)} with items waiting)`;
+    const cap = g.cap === null ? "none" : count(g.cap);
+    $("groups-summary").textContent = `${count(g.grouped)} items waiting on the groups' lists; group concurrency: ${cap}`;
+    for (const r of g.rows) {
+      const row = el("tr");
+      row.dataset.group = r.name;
+      const inFlight = num(r.in_flight);
+      if (g.cap !== null && r.in_flight >= g.cap) {
+        inFlight.classList.add("at-cap");
+        inFlight.title = "at the cap: the group waits for one of its items to finish";
+      }
+      const state = el("td", r.paused ? "paused" : "active", r.paused ? "state-paused" : "state-active");
+      state.dataset.state = r.paused ? "paused" : "active";
+      row.append(el("td", r.name, "name"), num(r.ready), inFlight, num(g.cap === null ? "\u2014" : g.cap), state);
+      if (actions) {
+        const cell = el("td", null, "row-actions");
+        const kind = r.paused ? "resume" : "pause";
+        const button = el("button", kind, `group-${kind}`);
+        button.type = "button";
+        button.addEventListener("click", () => act(`${kind}-group`, { group: r.name }));
+        cell.append(button);
+        row.append(cell);
+      }
+      tbody.append(row);
+    }
+    if (g.rows.length === 0) tbody.append(emptyRow(actions ? 6 : 5, "no group has items waiting"));
+    $("groups-rest").hidden = g.rest === 0;
+    $("groups-rest").textContent = `and ${count(g.rest)} more groups with items waiting (the ${count(g.rows.length)} with the most are shown)`;
   }
 
   // One job ----------------------------------------------------------------------------------
@@ -603,6 +643,18 @@
         act(kind, { all: true, confirm: allConfirm.value });
         allConfirm.value = "";
         for (const b of both) b.disabled = true;
+      });
+    }
+    // A group by name: pause or resume one that is not listed (a paused group with nothing
+    // waiting, or one below the top groups).
+    const groupName = $("group-name");
+    const groupButtons = [$("group-pause"), $("group-resume")];
+    groupName.addEventListener("input", () => {
+      for (const b of groupButtons) b.disabled = groupName.value === "";
+    });
+    for (const [button, kind] of [[groupButtons[0], "pause-group"], [groupButtons[1], "resume-group"]]) {
+      button.addEventListener("click", () => {
+        if (groupName.value !== "") act(kind, { group: groupName.value });
       });
     }
     $("job-cancel").addEventListener("click", () => act("cancel", { id: job }));
