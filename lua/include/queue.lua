@@ -29,8 +29,9 @@ local LAZY = {
 
 -- Each prefix's key names (a table of LAZY: NAMED[prefix].__index), as the metatable of the
 -- queues of that prefix, which read their names from it. A function library keeps it from call
--- to call (the directive), so that a queue's names are made once; a script starts it empty on
--- each call. At most NAMED_MAX prefixes are kept (then it starts again).
+-- to call (the directive), so that a queue's names are made once; a script has none (false:
+-- its queues are of LAZY, their names made on each call). At most NAMED_MAX prefixes are kept
+-- (then it starts again).
 local NAMED = {} --#kept
 local NAMED_MAX = 256
 
@@ -73,7 +74,7 @@ local function queue_at(i)
     end
   end
   local q = {index = i, queue = KEYS[i], prefix = prefix, event_cap = cap, keep = keep}
-  setmetatable(q, names_of(prefix))
+  setmetatable(q, NAMED and names_of(prefix) or LAZY)
   if cap then
     EVENTED[#EVENTED + 1] = q
   end

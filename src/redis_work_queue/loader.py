@@ -61,7 +61,9 @@ _INCLUDE = re.compile(r"--#include ([A-Za-z0-9_]+\.lua)")
 _LAYOUT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )(?:\{\} --#layout|'' --#layout ([a-z_]+))")
 #: The directive that keeps a cache from call to call where the state lives on (see
 #: :mod:`.functions`): ``local NAME = {} --#kept``.
-KEPT = re.compile(r"local [A-Za-z_][A-Za-z0-9_]* = \{\} --#kept")
+KEPT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )\{\} --#kept")
+#: The same line as parsed: a script has no such cache (``false``); the library makes the table.
+KEPT_PARSED = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )false --#kept")
 #: luacheck's leave to the one long line the layout directive makes.
 _LONG_LINE = " -- luacheck: no max line length"
 #: Where the server says a script error happened, and which script it was: Redis writes
@@ -113,9 +115,9 @@ def parse(text: str, label: str) -> LuaFile:
 
     A line of code ending in ``{} --#layout`` gets the key layout's names in its table, one
     ending in ``'' --#layout <row>`` that row's suffix in its string. A line
-    ``local NAME = {} --#kept`` stays as it is: a function library makes that table once and
-    keeps it from call to call (:mod:`.functions`), for a cache of values derived from the
-    call's arguments alone.
+    ``local NAME = {} --#kept`` becomes ``local NAME = false --#kept``: a script has no such
+    cache, while a function library makes the table once and keeps it from call to call
+    (:mod:`.functions`), for values derived from the call's arguments alone.
 
     Raises:
         LuaSourceError: A line starting with ``--#`` is not exactly ``--#include <name>.lua``, a
@@ -130,7 +132,10 @@ def parse(text: str, label: str) -> LuaFile:
     for number, read_line in enumerate(text.split("\n"), 1):
         line = read_line
         code = not line.lstrip().startswith("--")
-        if code and DIRECTIVE in line and KEPT.fullmatch(line) is None:
+        kept = KEPT.fullmatch(line) if code else None
+        if kept is not None:
+            line = kept[1] + "false --#kept"
+        elif code and DIRECTIVE in line:
             found = _LAYOUT.fullmatch(line)
             if found is None:
                 raise LuaSourceError(
