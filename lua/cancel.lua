@@ -13,9 +13,10 @@
 -- out again (each drops an id without data); its bookkeeping goes too, and it is counted as
 -- cancelled. The main queue is looked at near both of its ends only (NEAR entries each): an id
 -- found there is removed, one further in stays for the next lease to drop, so a cancel never
--- scans the queue. A marked lease keeps its time to live; the processing list's entry is left to
--- the light clean (an entry without data is dropped). Every key the call may write is
--- type-checked before its first write.
+-- scans the queue; a removal is counted in P:removals, so that a deep clean's walk of the queue
+-- steps back over the place it moved the ids behind it by (deep_clean_walk.lua). A marked lease
+-- keeps its time to live; the processing list's entry is left to the light clean (an entry
+-- without data is dropped). Every key the call may write is type-checked before its first write.
 local NEAR = '1000'
 local id = arg(1)
 local item, lease = Q.item .. id, Q.lease .. id
@@ -23,7 +24,8 @@ check_types('string', {item, lease})
 if SIZES[item] == 0 and redis.call('EXISTS', item) == 0 then
   return 0
 end
-check_types('list', {Q.queue}, 'zset', {Q.delayed}, 'hash', {Q.deliveries, Q.reasons, Q.counts})
+check_types('list', {Q.queue}, 'string', {Q.removals}, 'zset', {Q.delayed}, 'hash',
+  {Q.deliveries, Q.reasons, Q.counts})
 local held = redis.call('GET', lease)
 local delivery = delivery_of(Q, id)
 local outcome = 1
@@ -36,10 +38,14 @@ elseif held and not is_hold(held) then
   end
   outcome = 2
 elseif not held then
+  local removed = 0
   if redis.call('LPOS', Q.queue, id, 'RANK', '-1', 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.queue, '-1', id)
+    removed = redis.call('LREM', Q.queue, '-1', id)
   elseif redis.call('LPOS', Q.queue, id, 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.queue, '1', id)
+    removed = redis.call('LREM', Q.queue, '1', id)
+  end
+  if removed > 0 then
+    redis.call('INCR', Q.removals)
   end
 end
 redis.call('DEL', item)

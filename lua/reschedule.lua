@@ -11,12 +11,13 @@
 -- changed.
 -- Keeps: a rescheduled item is in the delayed set with its delay lease, as an added delayed item
 -- is (delay.lua), and no longer on the main queue: its id is removed from the queue (LREM, from
--- the end it is nearer to when it is within NEAR entries of one, else one pass over the queue).
+-- the end it is nearer to when it is within NEAR entries of one, else one pass over the queue),
+-- counted in P:removals as a cancel's is (cancel.lua).
 -- Every key the call may write is type-checked before its first write.
 local NEAR = '1000'
 local id, delay, at = arg(1), tonumber(arg(2)), tonumber(arg(3))
 local item, lease = Q.item .. id, Q.lease .. id
-check_types('string', {item, lease}, 'list', {Q.queue}, 'zset', {Q.delayed})
+check_types('string', {item, lease, Q.removals}, 'list', {Q.queue}, 'zset', {Q.delayed})
 check_wake(Q)
 if SIZES[item] == 0 and redis.call('EXISTS', item) == 0 then
   return 0
@@ -27,10 +28,14 @@ if not delayed then
   if held or (delivered(Q, id) > 0 and redis.call('LPOS', Q.processing, id)) then
     return 0
   end
+  local removed
   if redis.call('LPOS', Q.queue, id, 'RANK', '-1', 'MAXLEN', NEAR) then
-    redis.call('LREM', Q.queue, '-1', id)
+    removed = redis.call('LREM', Q.queue, '-1', id)
   else
-    redis.call('LREM', Q.queue, '1', id)
+    removed = redis.call('LREM', Q.queue, '1', id)
+  end
+  if removed > 0 then
+    redis.call('INCR', Q.removals)
   end
 end
 local now = now_ms()

@@ -383,3 +383,69 @@ def test_holds_of_a_crashed_deep_clean_lapse(
     wait_for(lambda: not other.exists("dc:lease:c"), timeout=10, what="the hold to lapse")
     assert queue.deep_clean(other).requeued == 1
     assert lrange(other, "dc:queue") == [b"c"]
+
+
+@pytest.mark.parametrize("remove", ["cancel", "reschedule"])
+def test_an_id_removed_behind_the_recheck_walk_hides_no_held_id(
+    backend: Backend, sync_queue: WorkQueue, monkeypatch: pytest.MonkeyPatch, remove: str
+) -> None:
+    """A delayed item falls due after the first walk: it is held, on the main queue. The second
+    walk reads the queue two entries a step; between its steps an id it has read is removed from
+    inside the queue (cancelled or rescheduled), which moves the later entries one place towards
+    the head. The walk still meets the held id, and the last step does not queue it again."""
+    queue = sync_queue  # spies on the synchronous driver
+    db = backend.client()
+    other = backend.client()
+    monkeypatch.setattr(cleaning, "WALK_MAX", 2)
+    queue.add_items(db, [Item(b"", id="a"), Item(b"", id="b")])  # queue: b, a (a leased next)
+    queue.add_item(db, Item(b"", id="x"), delay=60)
+
+    def fall_due() -> None:
+        assert queue.promote(other, "x")  # to the leasing end: a, x... read from the head: b, a, x
+
+    fired = _before_script(db, monkeypatch, "deep_clean_hold", fall_due)
+    walk = scripts.load("deep_clean_walk")
+    original = db.execute_command
+    removed: list[str] = []
+
+    def spy(*args: Any, **options: Any) -> Any:
+        is_walk = args[0] in ("EVALSHA", b"EVALSHA") and args[1] in (walk.sha, walk.sha.encode())
+        # The recheck's second step (a run's token, from index 2): "b" was read, "x" is next.
+        if is_walk and str(args[5]) == "2" and args[-1] and not removed:
+            if remove == "cancel":
+                assert queue.cancel(other, "b")
+            else:
+                assert queue.reschedule(other, "b", 60)
+            removed.append("b")
+        return original(*args, **options)
+
+    monkeypatch.setattr(db, "execute_command", spy)
+    assert queue.deep_clean(db).requeued == 0
+    assert fired and removed
+    assert lrange(other, "dc:queue") == [b"a", b"x"]
+    assert not other.exists("dc:lease:x")
+
+
+def test_a_walk_step_starts_back_by_the_removals_since_the_last(db: redis.Redis) -> None:
+    """Cancels and reschedules count their removals from inside the main queue (and nothing
+    else); a walk step reads from its index less those counted since the last step, and from
+    the head when the count went back (its key deleted)."""
+    queue = WorkQueue(QUEUE)
+    keys = queue.ops.keys
+    queue.add_items(db, [Item(b"", id=str(i)) for i in range(6)])  # head to tail: 5, 4, ... 0
+    queue.add_item(db, Item(b"", id="later"), delay=60)
+    queue.cancel(db, "later")  # delayed: not on the main queue, not counted
+    assert db.get("dc:removals") is None
+    queue.cancel(db, "4")
+    queue.reschedule(db, "1", 60)
+    assert b(db.get("dc:removals")) == b"2"
+
+    def step(first: int, removals: int | None) -> list[Any]:
+        reply = transport.execute(db, cleaning.deep_clean_walk_call(keys, first, 2, removals, ""))
+        return [int(reply[1]), [b(i) for i in reply[2]], int(reply[3]), int(reply[4])]
+
+    assert step(3, None) == [1, [b"0"], 3, 2]  # the walk's first step: read as asked
+    assert step(3, 1) == [2, [b"2", b"0"], 2, 2]  # one removal since its last step
+    assert step(3, 2) == [1, [b"0"], 3, 2]
+    db.delete("dc:removals")
+    assert step(3, 2) == [2, [b"5", b"3"], 0, 0]

@@ -87,18 +87,10 @@ class Run:
 
 @pytest.mark.parametrize("round_no", ROUNDS)
 def test_cancel_against_leases_completions_and_cleans(
-    bytes_backend: Backend, round_no: int, request: pytest.FixtureRequest
+    bytes_backend: Backend, round_no: int
 ) -> None:
     """No cancelled item is handed out after its cancel returned; every item ends completed
     once or cancelled, never both; the event stream (events on) says so once per item."""
-    if bytes_backend.fake_server is not None:
-        # Known defect: on fakeredis, since fair groups, the monitor sometimes sees a delayed
-        # item twice on the main queue after a deep clean requeues it (a few runs in a hundred);
-        # the runs on a real server pass. Until it is fixed, a failure here is reported, not
-        # fatal; a pass is reported too.
-        request.applymarker(
-            pytest.mark.xfail(reason="deep clean can requeue a delayed item twice", strict=False)
-        )
     total = 600
     run = Run(bytes_backend)
     queue = WorkQueue(KeyPrefix(PREFIX), events=True, events_maxlen=100_000)

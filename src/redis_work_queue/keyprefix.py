@@ -175,6 +175,7 @@ class QueueKeys:
     groups_backlog: str
     grouped: str
     group_prefix: str
+    removals: str
     #: The queue's key prefix.
     prefix: str
     #: The KEYS and the first ARGV of one queue in every queue-level script: the scripts name

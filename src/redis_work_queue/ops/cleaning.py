@@ -9,7 +9,10 @@ The deep clean in seven steps, each linear in what it reads:
 1. SCAN the queue's data keys (``deep_clean_scan``).
 2. Walk the main queue from its head (``deep_clean_walk``); drop the ids seen there. What is
    left are suspects: leased, lost from both lists, on the processing list with an expired
-   lease, or queued after the walk passed their place.
+   lease, or queued after the walk passed their place. The queue changes at its ends but for
+   the ids a cancel or a reschedule removes from inside it, which it counts (``P:removals``):
+   each step of a walk starts back by as many places as were removed since the walk's last
+   step, so an id that stays on the queue is never skipped.
 3. Hold each suspect that still exists and has no lease key (``deep_clean_hold``), so neither
    leased nor delayed: the hold is a lease key with the run's token, so from now on nothing
    queues the item. A hold lasts :data:`HOLD_MS`; from here to step 6 the run renews its holds
@@ -102,14 +105,22 @@ def deep_clean_scan_call(keys: QueueKeys, cursor: Any, count: int, pattern: str)
 
 @builds("deep_clean_walk")
 def deep_clean_walk_call(
-    keys: QueueKeys, first: int, count: int, token: str, group: bytes | None = None
+    keys: QueueKeys,
+    first: int,
+    count: int,
+    removals: int | None,
+    token: str,
+    group: bytes | None = None,
 ) -> ScriptCall:
     """``lua/deep_clean_walk.lua``: one step of a walk of a list from its head.
 
-    The list is the main queue, or ``group``'s list when it is given.
+    The list is the main queue, or ``group``'s list when it is given. ``removals`` is the count
+    of removals from inside the main queue that the walk's previous step returned (``None`` for
+    its first step).
     """
     groups = () if group is None else (group,)
-    return ScriptCall.on(keys, "deep_clean_walk", first, count, token, *groups)
+    seen = "" if removals is None else removals
+    return ScriptCall.on(keys, "deep_clean_walk", first, count, seen, token, *groups)
 
 
 @builds("deep_clean_hold")
@@ -391,13 +402,16 @@ def _walk(
     for group in (None, *groups):
         pace = Pace(WALK_MAX)
         first = 0
+        removals: int | None = None
         while True:
             count = pace.size
-            call = deep_clean_walk_call(ops.keys, first, count, token, group)
-            elapsed_us, read, ids = yield from send(call)
+            call = deep_clean_walk_call(ops.keys, first, count, removals, token, group)
+            elapsed_us, read, ids, start, now_removals = yield from send(call)
             pace.update(int(read), int(elapsed_us))
             collect.update(ids)
-            first += int(read)
+            # The step read from ``start``: back from ``first`` by the removals since the last.
+            first = int(start) + int(read)
+            removals = int(now_removals)
             tally.timed(int(elapsed_us))
             if int(read) < count:
                 break
