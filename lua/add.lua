@@ -37,7 +37,13 @@ end
 -- would, or, with the existence check, goes on one SET NX at a time. A delayed item's lease key
 -- is replaced.
 local STRIDE = arg(5) == '1' and 3 or 2
-local items, leases, groups, named = {}, {}, {}, {}
+-- (A table only written with delayed items, or with groups, is NO_KEYS without them: none of
+-- its writes is reached then.)
+local later_on, grouping = due > now, STRIDE == 3
+local items = {}
+local leases = later_on and {} or NO_KEYS
+local groups = grouping and {} or NO_KEYS
+local named = grouping and {} or NO_KEYS
 for i = NQ + 6, #ARGV, STRIDE do
   items[#items + 1] = Q.item .. ARGV[i]
   if due > now then
@@ -58,8 +64,8 @@ if #items > 1 and (overwrite or ttl == 0) then
     check_types('string', items)
   end
 end
-local sets = due > now and {Q.delayed} or {}
-check_types('list', {Q.queue}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
+local sets = due > now and Q.delayed or NO_KEYS
+check_types('list', Q.queue, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'zset', sets)
 if #leases > 1 then
   local _, strings = read_strings(leases)
   if not strings then
@@ -70,13 +76,17 @@ else
 end
 check_wake(Q)
 if #named > 0 then
-  check_types('hash', {Q.grouped, Q.groups_state}, 'list', {Q.groups}, 'list', named, 'zset',
-    {Q.groups_backlog})
+  check_types('hash', {Q.grouped, Q.groups_state}, 'list', Q.groups, 'list', named, 'zset',
+    Q.groups_backlog)
 end
 -- An item is written (ok) unless the existence check finds its id (or an earlier copy of it in
 -- the batch: the first copy wins); it is fresh when it is new (its bookkeeping is dropped).
-local added, later, ready, fresh_ids, writes, seen, written = {}, {}, {}, {}, {}, {}, 0
-local mine, tagged = {}, {}
+local added, ready, fresh_ids, written = {}, {}, {}, 0
+local later = later_on and {} or NO_KEYS
+local writes = known and {} or NO_KEYS
+local seen = known and {} or NO_KEYS
+local mine = grouping and {} or NO_KEYS
+local tagged = grouping and {} or NO_KEYS
 for k, key in ipairs(items) do
   local at_k = NQ + 6 + STRIDE * (k - 1)
   local id, data = ARGV[at_k], ARGV[at_k + 1]

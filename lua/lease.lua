@@ -56,18 +56,19 @@ local wanted = tonumber(arg(4))
 local BUDGET = tonumber(arg(5))
 local register_ms, waiter, registered = tonumber(arg(6)), arg(7), arg(8) == '1'
 local budget = BUDGET
-local now = now_ms()
--- Every lease of the call has the value token@now, made once.
-local stamp = token .. '@' .. now
+-- Every lease of the call has the value token@now, made once (now's text without printf).
+local now, now_text = now_ms_text()
+local stamp = token .. '@' .. now_text
 -- The reply's rows, flat (four entries per item), and how many items they hold.
 local out, got = {}, 0
 -- Every key the call may write is checked before its first write. A data key of another type
 -- reads as none (the id is dropped), a lease key of another type as a live lease (the id is a
 -- stray copy): neither is written.
 -- Each queue's key names, made once for the call.
-local queues, rates, rate_wait, ringed = {}, {}, nil, {}
+local queues, rates, rate_wait, ringed, maxes = {}, {}, nil, {}, {}
 for i = 1, NQ do
   queues[i] = queue_at(i)
+  maxes[i] = tonumber(arg(8 + i))
 end
 -- Every queue's keys are checked here, with max deliveries the dead set and counters its
 -- burials write too, but for the first queue's delayed set, main queue and wake list when the
@@ -96,32 +97,32 @@ for i = 1, NQ do
     probe(q, 'rate', 'groups', 'delayed', 'reasons', 'waiting')
   end
   if i == 1 and first_reads then
-    check_types('list', {q.processing}, 'hash', {q.deliveries, q.reasons})
+    check_types('list', q.processing, 'hash', {q.deliveries, q.reasons})
   elseif i == finished_at then
     -- The completion reads this queue's processing list and drops its delivery counts before
     -- its first write (finish.lua), which checks them.
-    check_types('list', {q.queue}, 'hash', {q.reasons}, 'zset', {q.delayed})
+    check_types('list', q.queue, 'hash', q.reasons, 'zset', q.delayed)
   else
     check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset',
-      {q.delayed})
+      q.delayed)
   end
-  if tonumber(arg(8 + i)) > 0 then
-    check_types('zset', {q.dead}, 'hash', {q.counts})
+  if maxes[i] > 0 then
+    check_types('zset', q.dead, 'hash', q.counts)
   end
   rates[i] = rate_read(q, waiter)
   -- The ring, read here: the group keys the turns write are checked when it holds groups.
   local ring = SIZES[q.groups] or redis.pcall('LLEN', q.groups)
   if type(ring) == 'table' then
-    check_types('list', {q.groups})
+    check_types('list', q.groups)
   end
   ringed[i] = ring ~= 0
   if ringed[i] then
-    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue}, 'zset', {q.groups_backlog,
+    check_types('hash', {q.groups_state, q.grouped}, 'list', q.queue, 'zset', {q.groups_backlog,
       q.groups_paced})
     check_wake(q)
   end
   if register_ms > 0 or registered then
-    check_types('zset', {q.waiting}, 'list', {q.wake})
+    check_types('zset', q.waiting, 'list', q.wake)
   elseif i > 1 or not first_reads then
     check_wake(q)
   end
@@ -130,13 +131,6 @@ end
 local finished
 if finishing then
   finished = finish(queues[finished_at], {arg(10 + NQ)})[1]
-end
--- The call's reply, with the completion's outcome when there is one.
-local function answer(value)
-  if finished == nil then
-    return value
-  end
-  return {finished, value}
 end
 -- Take items off q's main queue until got reaches upto (or the budget runs out).
 local function from_main(q, max, upto)
@@ -152,14 +146,15 @@ local function from_main(q, max, upto)
     local popped = pop_first and max == 0
     local ids
     if popped then
-      ids = redis.pcall('RPOP', q.queue, -from)
+      -- (One, the usual count, as a string: the server formats a number with printf.)
+      ids = redis.pcall('RPOP', q.queue, from == -1 and '1' or -from)
     else
-      ids = redis.pcall('LRANGE', q.queue, from, '-1')
+      ids = redis.pcall('LRANGE', q.queue, from == -1 and '-1' or from, '-1')
     end
     if type(ids) == 'table' and ids.err then
       -- This read is the first queue's check of its main queue (see first_reads): a key of
       -- another type gets the error that names it; any other error is raised as it is.
-      check_types('list', {q.queue})
+      check_types('list', q.queue)
       ids = redis.call('LRANGE', q.queue, from, '-1')
     end
     if not ids or #ids == 0 then
@@ -171,11 +166,16 @@ local function from_main(q, max, upto)
         ids[j], ids[n + 1 - j] = ids[n + 1 - j], ids[j]
       end
     end
-    local keys = {}
-    for j, id in ipairs(ids) do
-      keys[j] = q.item .. id
+    local data
+    if #ids == 1 then
+      data = redis.call('MGET', q.item .. ids[1])
+    else
+      local keys = {}
+      for j = 1, #ids do
+        keys[j] = q.item .. ids[j]
+      end
+      data = redis.call('MGET', unpack(keys))
     end
-    local data = redis.call('MGET', unpack(keys))
     -- The delivery counts, read in one call when there are several ids or a limit to check; the
     -- new counts of the ids handed out are then written in one call too. An id taken twice in
     -- one chunk is handed out once: its second copy meets its new lease, or, handed out at most
@@ -190,10 +190,14 @@ local function from_main(q, max, upto)
     if not popped then
       redis.call('RPOP', q.queue, #ids)
     end
-    local taken_ids, counts, handed = {}, {}, {}
+    -- (handed: the ids handed out, for once with several ids; counts: with seen. A table is
+    -- made only where it is used.)
+    local taken_ids = {}
+    local counts = seen and {} or nil
+    local handed = once and #ids > 1 and {} or nil
     for j = #ids, 1, -1 do -- oldest first
       local id, value = ids[j], data[j]
-      if once and handed[id] then
+      if handed and handed[id] then
         value = false
       end
       local n, leased = take(q, id, value, ms, stamp, max, once, now, seen and seen[j])
@@ -204,11 +208,15 @@ local function from_main(q, max, upto)
         local k = #out
         out[k + 1], out[k + 2], out[k + 3], out[k + 4] = q.index, id, value, n
         got = got + 1
-        handed[id] = true
+        if handed then
+          handed[id] = true
+        end
         taken_ids[#taken_ids + 1] = id
-        counts[#counts + 1] = id
-        -- A first delivery's count as a string: the server formats a number with printf.
-        counts[#counts + 1] = n == 1 and '1' or n
+        if counts then
+          counts[#counts + 1] = id
+          -- A first delivery's count as a string: the server formats a number with printf.
+          counts[#counts + 1] = n == 1 and '1' or n
+        end
       else
         budget = budget - 1
       end
@@ -328,7 +336,7 @@ end
 
 for i = 1, NQ do
   local q = queues[i]
-  local max = tonumber(arg(8 + i))
+  local max = maxes[i]
   if registered then
     -- The caller looks again after a wait: a wake-up meant for it may have been taken.
     drop_marker(q)
@@ -352,15 +360,21 @@ if registered and (got > 0 or register_ms == 0 or rate_wait) then
     leave(queues[i], waiter, now)
   end
 end
+-- The call's reply, with the completion's outcome when there is one.
+local reply
 if got > 0 then
   out[#out + 1] = now
-  return answer(out)
+  reply = out
+elseif budget <= 0 then
+  reply = CALL_AGAIN
+elseif rate_wait then
+  reply = RATE_WAIT - rate_wait
 end
-if budget <= 0 then
-  return answer(CALL_AGAIN)
-end
-if rate_wait then
-  return answer(RATE_WAIT - rate_wait)
+if reply ~= nil then
+  if finished == nil then
+    return reply
+  end
+  return {finished, reply}
 end
 local soonest = -1
 for i = 1, NQ do
@@ -378,4 +392,7 @@ for i = 1, NQ do
     join(q, waiter, now, register_ms)
   end
 end
-return answer(soonest)
+if finished == nil then
+  return soonest
+end
+return {finished, soonest}

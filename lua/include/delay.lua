@@ -40,12 +40,12 @@ local function promote(q, now, budget, unchecked)
     return 0
   end
   if unchecked then
-    check_types('list', {q.queue})
+    check_types('list', q.queue)
     check_wake(q)
   end
   if SIZES[q.grouped] == nil then
     check_groups(q)
-    check_types('list', {q.queue})
+    check_types('list', q.queue)
     check_wake(q)
   end
   local leases = {}

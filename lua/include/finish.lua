@@ -79,7 +79,7 @@ local function finish(q, ids)
   -- The failure reasons and the groups' hash, which a queue holds only while it uses them, are
   -- probed in one read (unless the caller did). The delivery counts are checked by their drop,
   -- the first write (below), but where events read them first.
-  local sets = #delayed > 0 and {q.delayed} or {}
+  local sets = #delayed > 0 and q.delayed or NO_KEYS
   if SIZES[q.reasons] == nil or SIZES[q.grouped] == nil then
     probe(q, 'reasons', 'grouped')
   end
@@ -93,14 +93,18 @@ local function finish(q, ids)
     some = some or groups[j]
   end
   if some then
-    check_types('list', {q.groups, q.queue}, 'hash', {q.groups_state})
+    check_types('list', {q.groups, q.queue}, 'hash', q.groups_state)
     check_wake(q)
   end
-  local done, gone, completed = {}, {}, 0
+  -- (gone, the keys of the ids met already, only for a batch, which may name an id twice.)
+  local done, completed = {}, 0
+  local gone = #ids > 1 and {} or nil
   for j, key in ipairs(items) do
     done[j] = 0
-    if not gone[key] and (SIZES[key] > 0 or redis.call('EXISTS', key) == 1) then
-      gone[key] = true
+    if not (gone and gone[key]) and (SIZES[key] > 0 or redis.call('EXISTS', key) == 1) then
+      if gone then
+        gone[key] = true
+      end
       done[j] = 1
       completed = completed + 1
       doomed[#doomed + 1] = key
@@ -110,7 +114,7 @@ local function finish(q, ids)
     -- The delivery counts go first: a hash of another type fails the call before any write
     -- (with the error that names it; any other error is raised as it is).
     if type(redis.pcall('HDEL', q.deliveries, unpack(ids))) == 'table' then
-      check_types('hash', {q.deliveries})
+      check_types('hash', q.deliveries)
       redis.call('HDEL', q.deliveries, unpack(ids))
     end
   end
@@ -133,7 +137,7 @@ local function finish(q, ids)
     redis.call('DEL', unpack(doomed))
   end
   -- The delivery counts of the events, read before they are dropped.
-  local deliveries = {}
+  local deliveries = NO_KEYS
   if q.event_cap and SIZES[q.deliveries] ~= 0 then
     deliveries = redis.call('HMGET', q.deliveries, unpack(ids))
   end
@@ -144,17 +148,17 @@ local function finish(q, ids)
   if SIZES[q.reasons] ~= 0 then
     redis.call('HDEL', q.reasons, unpack(ids))
   end
-  local grouped = {}
-  for j, id in ipairs(ids) do
-    local g = groups[j]
-    if g then
-      grouped[#grouped + 1] = id
-      if flying[j] then
-        group_done(q, g)
+  if some then
+    local grouped = {}
+    for j, id in ipairs(ids) do
+      local g = groups[j]
+      if g then
+        grouped[#grouped + 1] = id
+        if flying[j] then
+          group_done(q, g)
+        end
       end
     end
-  end
-  if #grouped > 0 then
     redis.call('HDEL', q.grouped, unpack(grouped))
   end
   count(q, 'completed', completed)

@@ -26,9 +26,9 @@
 -- Check the group keys a script may write, before its first write: P:grouped always, and the ring
 -- and the state when some item is grouped (SIZES then tells whether P:grouped holds any).
 local function check_groups(q)
-  check_types('hash', {q.grouped})
+  check_types('hash', q.grouped)
   if SIZES[q.grouped] > 0 then
-    check_types('list', {q.groups}, 'hash', {q.groups_state}, 'zset', {q.groups_backlog})
+    check_types('list', q.groups, 'hash', q.groups_state, 'zset', q.groups_backlog)
   end
 end
 
@@ -41,7 +41,7 @@ local FLIGHT = '\255'
 -- check_groups found it).
 local function groups_of(q, ids)
   if SIZES[q.grouped] == 0 or #ids == 0 then
-    return {}, {}
+    return NO_KEYS, NO_KEYS -- (read only, as every caller's)
   end
   local groups, flying = redis.call('HMGET', q.grouped, unpack(ids)), {}
   for j = 1, #ids do

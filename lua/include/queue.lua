@@ -6,8 +6,8 @@
 -- is P:processing, q.item .. id is P:item:<id>, and so on for every row. Every one of them shares
 -- P's hash tag, if any.
 -- Defines: NQ, EVENTED, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
--- check_types, SIZES, probe and read_strings (the type checks before a first write), now_ms,
--- delivered, forget, DELAY_TOKEN.
+-- wrong_key, check_types, SIZES, probe and read_strings (the type checks before a first write),
+-- NO_KEYS, now_ms, now_ms_text, delivered, forget, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -96,25 +96,41 @@ local TYPED_READ = {
 -- key that does not exist), so that a script can skip a write that has nothing to change.
 local SIZES = {}
 
+-- No keys, for a check that has none to check this call (a table no code changes).
+local NO_KEYS = {}
+
+-- The error of key when it exists and holds another type than kind; nil when it does not.
+local function wrong_key(kind, key)
+  -- A key sized already by this call (or known absent: see probe) holds its kind, or none.
+  local read = SIZES[key] or redis.pcall(TYPED_READ[kind], key)
+  SIZES[key] = read
+  if type(read) == 'table' then
+    if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
+      redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
+    end
+    local found = redis.call('TYPE', key)
+    return 'WRONGTYPE ' .. key .. ' holds a ' .. (found.ok or found) .. ', not a ' .. kind
+  end
+  return nil
+end
+
 -- The error of the first key, among pairs of a kind ('string', 'list', 'hash', 'zset' or
 -- 'stream') and a key or a list of keys, that exists and holds another type than its kind; nil
--- when there is none.
+-- when there is none. (A single key may go as it is: no table is made for it.)
 local function wrong_type(...)
   for i = 1, select('#', ...), 2 do
     local kind, keys = select(i, ...)
     if type(keys) ~= 'table' then
-      keys = {keys}
-    end
-    for _, key in ipairs(keys) do
-      -- A key sized already by this call (or known absent: see probe) holds its kind, or none.
-      local read = SIZES[key] or redis.pcall(TYPED_READ[kind], key)
-      SIZES[key] = read
-      if type(read) == 'table' then
-        if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
-          redis.call(TYPED_READ[kind], key) -- any other error (NOPERM...) is raised as it is
+      local err = wrong_key(kind, keys)
+      if err then
+        return err
+      end
+    else
+      for j = 1, #keys do
+        local err = wrong_key(kind, keys[j])
+        if err then
+          return err
         end
-        local found = redis.call('TYPE', key)
-        return 'WRONGTYPE ' .. key .. ' holds a ' .. (found.ok or found) .. ', not a ' .. kind
       end
     end
   end
@@ -131,7 +147,7 @@ local function check_types(...)
       break
     end
     if SIZES[q.events] == nil then
-      err = wrong_type('stream', q.events)
+      err = wrong_key('stream', q.events)
     end
   end
   if err then
@@ -187,6 +203,15 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The server's time in ms, and the same as decimal text, made from TIME's digits (Lua formats
+-- a number with printf, which costs more than the rest of a short call's Lua).
+local function now_ms_text()
+  local t = redis.call('TIME')
+  local us = t[2]
+  local text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), text
 end
 
 local function delivered(q, id)

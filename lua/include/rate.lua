@@ -26,7 +26,7 @@ local function rate_read(q, waiter)
   end
   local v = redis.pcall('HGETALL', q.rate)
   if v.err then
-    check_types('hash', {q.rate})
+    check_types('hash', q.rate)
     v = redis.call('HGETALL', q.rate)
   end
   local h, turns = {}, {}

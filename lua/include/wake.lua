@@ -7,6 +7,7 @@
 -- Defines: wake, join, drop_marker, check_wake, enqueue, leave.
 -- Keeps: the waiting set and the wake list expire with the last registration.
 local WAKE_TOKENS = 16
+local WAKE_LAST = '15' -- WAKE_TOKENS - 1
 
 local function wake(q, n)
   -- check_wake's reading, when nothing of this call has changed the waiting set since.
@@ -15,7 +16,8 @@ local function wake(q, n)
     for _ = 1, math.min(n or 1, WAKE_TOKENS) do
       redis.call('LPUSH', q.wake, '1')
     end
-    redis.call('LTRIM', q.wake, 0, WAKE_TOKENS - 1)
+    -- (As strings: the server formats a number argument with printf.)
+    redis.call('LTRIM', q.wake, '0', WAKE_LAST)
     if left > 0 then
       -- The tokens go when the last registration lapses, as the waiting set does.
       redis.call('PEXPIRE', q.wake, left)
@@ -54,7 +56,7 @@ local function check_wake(q)
   -- (A waiting set known empty, as a probe finds it, has no time to live: PTTL's -2.)
   local left = SIZES[q.waiting] == 0 and -2 or redis.call('PTTL', q.waiting)
   if left ~= -2 then
-    check_types('list', {q.wake})
+    check_types('list', q.wake)
   end
   q.waiting_pttl = left
 end
