@@ -137,6 +137,127 @@ def test_asyncio_tasks_lease_and_complete_together(
 
 @pytest.mark.real_redis
 @pytest.mark.parametrize("api", ["threads", "asyncio"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_fast_handlers_run_inline_several_items_per_call(
+    real_db: redis.Redis,
+    redis_url: str,
+    recorded: dict[str, list[int]],
+    api: str,
+    concurrency: int,
+) -> None:
+    """A no-op handler's items run in the slot that leased them, 8 or more per call."""
+    prefix = f"bf{api}{concurrency}"
+    ids = fill(real_db, prefix, N)
+    handled: list[str] = []
+    deliveries: list[int] = []
+
+    def handle(item: Item) -> None:
+        handled.append(item.id())
+        deliveries.append(item.deliveries)
+
+    async def ahandle(item: Item) -> None:
+        handle(item)
+
+    stats = run_until_drained(real_db, prefix, api, handle, ahandle, concurrency=concurrency)
+    assert (stats.completed, stats.failed, stats.lost) == (N, 0, 0)
+    assert sorted(handled) == sorted(ids) and set(deliveries) == {1}
+    assert sum(recorded["write"]) == N and sum(recorded["lease"]) == N
+    assert max(recorded["lease"]) >= batching.INLINE_COUNT
+    assert max(recorded["write"]) >= batching.INLINE_COUNT
+    assert len(recorded["lease"]) + len(recorded["write"]) <= N // 2
+
+
+@pytest.mark.real_redis
+@pytest.mark.parametrize("api", ["threads", "asyncio"])
+def test_items_behind_a_handler_turned_slow_are_given_back(
+    real_db: redis.Redis, redis_url: str, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One slot, fast handlers, then a slow one: the items leased with it go back unstarted.
+
+    The watchdog gives them back at the front of the queue (their delivery undone) and writes
+    the completions handed over before the slow handler; the slot takes them up afterwards.
+    """
+    from redis_work_queue.runner.core import Core  # noqa: PLC0415
+
+    given: list[str] = []
+    give_back = Core.give_back
+
+    def spy(self: Core, queue: Any, item: Item, reason: str = "worker stopping") -> Any:
+        given.append(reason)
+        return (yield from give_back(self, queue, item, reason))
+
+    monkeypatch.setattr(Core, "give_back", spy)
+    prefix = f"bs{api}"
+    n = 40
+    ids = fill(real_db, prefix, n)
+    q = WorkQueue(KeyPrefix(prefix))
+    handled: list[tuple[str, int]] = []
+    completed_while_slow: list[int] = []
+
+    def handle(item: Item) -> None:
+        handled.append((item.id(), item.deliveries))
+        if len(handled) == 20:  # fast until then: the slot runs its items inline
+            time.sleep(1.0)
+            completed_while_slow.append(n - q.queue_len(real_db) - q.processing(real_db))
+
+    async def ahandle(item: Item) -> None:
+        handled.append((item.id(), item.deliveries))
+        if len(handled) == 20:
+            await asyncio.sleep(1.0)
+            completed_while_slow.append(n - q.queue_len(real_db) - q.processing(real_db))
+
+    stats = run_until_drained(real_db, prefix, api, handle, ahandle, concurrency=1)
+    assert (stats.completed, stats.failed, stats.lost) == (n, 0, 0)
+    assert sorted(i for i, _ in handled) == sorted(ids)  # each once
+    assert {d for _, d in handled} == {1}  # a give-back undoes the delivery
+    assert "not started in time" in given
+    # The completions handed over before the slow handler were written while it ran.
+    assert completed_while_slow == [19]
+
+
+def run_until_drained(
+    db: redis.Redis, prefix: str, api: str, handle: Any, ahandle: Any, **options: Any
+) -> Any:
+    """Run a worker on ``prefix`` until its queue is drained; its stats."""
+    options = {"poll_secs": 0.1, "lease_secs": 10, **options}
+    q = WorkQueue(KeyPrefix(prefix))
+
+    def drained() -> bool:
+        return q.queue_len(db) == 0 and q.processing(db) == 0
+
+    url = db_url(db)
+    if api == "asyncio":
+
+        async def main() -> Any:
+            worker = AsyncWorker(url, [AsyncWorkQueue(KeyPrefix(prefix))], ahandle, **options)
+            task = asyncio.create_task(worker.run(signals=()))
+            deadline = time.monotonic() + WAIT_SECS
+            while not drained():
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.01)
+            worker.stop()
+            return await task
+
+        return asyncio.run(main())
+    worker = Worker(url, [q], handle, **options)
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(worker.run(signals=())))
+    thread.start()
+    try:
+        wait_until(drained, "a drain")
+    finally:
+        worker.stop()
+        thread.join(WAIT_SECS)
+    return out[0]
+
+
+def db_url(db: redis.Redis) -> str:
+    kwargs = db.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+@pytest.mark.real_redis
+@pytest.mark.parametrize("api", ["threads", "asyncio"])
 def test_failures_and_timeouts_stay_per_item(
     real_db: redis.Redis, redis_url: str, api: str
 ) -> None:

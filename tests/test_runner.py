@@ -155,14 +155,20 @@ def messages(caplog: pytest.LogCaptureFixture, text: str, level: int | None = No
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_job_s_completion_leases_the_next_in_the_same_call(server: Proc, kind: str) -> None:
-    """A busy worker makes one script call per job: the completion leases the next item."""
+    """A busy worker makes one script call per job: the completion leases the next item.
+
+    Batching off (the way a worker process and a slow handler run): with it, a fast handler's
+    items are leased and completed several per call (``tests/test_batching.py``).
+    """
     db = server.client()
     admin = server.client(decode_responses=True)
     ids = [f"j{i}" for i in range(20)]
     add(db, server.url, ids)
     scripts.preload(db)
     admin.config_resetstat()
-    with running(kind, server.url, heartbeat_secs=None, clean_secs=None, poll_secs=5) as run:
+    with running(
+        kind, server.url, heartbeat_secs=None, clean_secs=None, poll_secs=5, batch=False
+    ) as run:
         run.until(lambda: db.llen(f"{P}:processing") == 0 and len(done(db)) == 20, "the jobs")
         calls = script_calls(admin)
         stats = run.stop()

@@ -898,8 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-batch",
         action="store_true",
-        help="with --concurrency above 1, each thread leases and completes its own items "
-        "(default: they lease together and complete together)",
+        help="each thread leases and completes its own items, one per call (default: they "
+        "lease together and complete together, and a fast handler's items run several per "
+        "call in the thread that leased them)",
     )
     p.set_defaults(func=_worker)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from bisect import bisect_left
 from collections.abc import Mapping
 
 #: Bucket upper bounds, in seconds (the last bucket, ``+Inf``, takes the rest).
@@ -56,15 +57,16 @@ class DurationRecorder:
     def observe(self, queue: str, seconds: float, outcome: str) -> None:
         """Count one job of ``queue`` (its prefix) that took ``seconds``, by ``outcome``."""
         seconds = max(seconds, 0.0)
-        bound = bucket_of(seconds)
+        bound = BOUNDS[bisect_left(BUCKETS, seconds)]
         bucket = _FIELDS.get((outcome, bound)) or bucket_field(outcome, bound)
         total = _SUMS.get(outcome) or sum_field(outcome)
+        micros = round(seconds * 1_000_000)
         with self._lock:
             mine = self._pending.get(queue)
             if mine is None:
                 mine = self._pending[queue] = {}
             mine[bucket] = mine.get(bucket, 0) + 1
-            mine[total] = mine.get(total, 0) + round(seconds * 1_000_000)
+            mine[total] = mine.get(total, 0) + micros
 
     def add(self, queue: str, deltas: Mapping[str, int]) -> None:
         """Add counts (from :meth:`take` or another process's recorder) to ``queue``'s."""

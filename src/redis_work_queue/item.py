@@ -49,6 +49,8 @@ def id_problem(item_id: str) -> str | None:
     other lone surrogate has no bytes at all, and surrogates that spell valid UTF-8 (as
     ``"\udcc3\udca9"`` spells ``"é"``) would name another id's keys.
     """
+    if item_id.isascii():  # the common case: ASCII always comes back the same
+        return None
     try:
         stored = item_id.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as err:

@@ -153,7 +153,8 @@ class Worker(Shell):
             of the queues, gated in Redis (``<P>:schedules:turn``, set only on a queue that has
             schedules). None leaves it to others (``rwq scheduler``).
         batch: With several threads, lease for the slots waiting for an item in one call and
-            complete the handlers that returned together (see
+            complete the handlers that returned together; with fast handlers, the thread that
+            leased runs the items itself, with one thread too (see
             :mod:`redis_work_queue.runner.batching`); False: each slot leases and completes
             its own items. Worker processes each run one slot, which does not batch.
 

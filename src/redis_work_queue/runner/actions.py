@@ -33,14 +33,12 @@ class Flag:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        #: Whether the flag is set (the event's own method: no frame of this class's).
+        self.is_set = self._event.is_set
         # Reentrant: a signal handler may set the flag while its thread is setting it.
         self._lock = threading.RLock()
         #: The futures of the tasks waiting, by event loop.
         self._loops: dict[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = {}
-
-    def is_set(self) -> bool:
-        """Whether the flag is set."""
-        return self._event.is_set()
 
     def set(self) -> None:
         """Set the flag and wake every waiter, in any thread or event loop."""

@@ -21,8 +21,18 @@ leases run out and the items are delivered again (at least once), never complete
 Items leased for the slot set and not yet taken when the worker stops are given back at the
 front of their queue.
 
-A worker process (``processes=True``) runs one slot per process: its slots do not batch. Nor
-does a worker of one slot, which completes each item with its next lease in one call.
+Fast handlers run inline. While the handlers return within :data:`FAST_SECS` and the lease is
+at least :data:`INLINE_MIN_LEASE_SECS`, the slot that leases takes up to
+``max(concurrency, INLINE_COUNT)`` items and runs them itself, one after the other, without
+waking the other slots (a thread or task switch costs more than such a handler), and their
+completions go out together once it has run them all (a failure is still released at once).
+A worker of one slot does the same, and otherwise completes each item with its next lease in
+one call. Nothing waits unbounded behind a handler that turns slow: a slot waiting for an item
+looks again within :data:`WAIT_SECS` and takes one left there, and the watchdog gives back (at
+the front of their queue, the delivery undone) items not taken within :data:`STALE_SECS` and
+writes completions handed over and not written within as long.
+
+A worker process (``processes=True``) runs one slot per process: its slots do not batch.
 """
 
 from __future__ import annotations
@@ -30,8 +40,9 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..calls import Ask, Steps
@@ -50,6 +61,14 @@ logger = logging.getLogger("redis_work_queue.worker")
 #: How long a slot waits for the slot leasing for it before it looks again (it is woken as
 #: soon as the lease returns; this only bounds a missed wake-up).
 WAIT_SECS = 0.5
+#: A handler that returned within this many seconds is fast: the next items run inline.
+FAST_SECS = 0.0005
+#: With fast handlers, a lease takes at least this many items (as many as the slots, if more).
+INLINE_COUNT = 8
+#: Items are run inline (leased ahead of the slots) only with leases at least this long.
+INLINE_MIN_LEASE_SECS = 2.0
+#: Leased items not taken, and completions not written, this long are the watchdog's to settle.
+STALE_SECS = 0.25
 
 
 class Batch:
@@ -57,17 +76,50 @@ class Batch:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+        options = core.options
+        #: Several slots share the lease and completion (else one slot batches alone).
+        self.shared = options.concurrency > 1
+        #: Whether the last handler was fast (see :data:`FAST_SECS`).
+        self.fast = False
+        self._inline_ok = options.lease_secs >= INLINE_MIN_LEASE_SECS
+        self._inline_count = max(options.concurrency, INLINE_COUNT)
         self._lock = threading.Lock()
         self._ready: deque[tuple[QueueBase, Item]] = deque()
+        #: When the items in ``_ready`` were leased (monotonic seconds; they came in one call).
+        self._ready_at = 0.0
         self._waiting = 0
         self._leasing = False
         self._arrived = Flag()
         #: Completions handed over: the job, whether it lost its lease, and the outages begun
         #: by then.
         self._pending: list[tuple[Job, bool, int]] = []
+        #: When the first completion in ``_pending`` was handed over.
+        self._pending_at = 0.0
         self._writing = False
 
+    @property
+    def inline(self) -> bool:
+        """Whether the slot that leases runs the items itself (fast handlers, long leases)."""
+        return self.fast and self._inline_ok
+
+    def takes(self) -> bool:
+        """Whether a successful job's completion goes through the slot set.
+
+        A worker of one slot whose handlers are not fast completes each item with its next
+        lease in one call instead, when nothing leased or handed over waits here.
+        """
+        return self.shared or self.inline or bool(self._pending or self._ready)
+
     # Leasing ------------------------------------------------------------------------------------
+
+    def take_ready(self) -> tuple[QueueBase, Item] | None:
+        """An item leased for the slot set and not taken, if there is one (and no stop came)."""
+        if not self._ready:  # read without the lock: the lock below decides
+            return None
+        with self._lock:
+            if self._ready and not self.core.stop_flag.is_set():
+                return self._ready.popleft()
+        return None
 
     def next(self, busy: bool) -> Loop[tuple[QueueBase, Item] | bool | None]:
         """The slot's next item; None when none came; False when the worker is stopping.
@@ -76,6 +128,7 @@ class Batch:
         """
         core = self.core
         while True:
+            flush = False
             with self._lock:
                 if core.stop_flag.is_set():
                     return False
@@ -84,12 +137,22 @@ class Batch:
                 if self._leasing:
                     self._waiting += 1
                     arrived: Flag | None = self._arrived
+                elif self._pending and not self._writing:
+                    flush = True  # completions left by a failure or a slot's end: first
+                    arrived = None
                 else:
                     self._leasing = True
-                    # The slots waiting, this one, and the one writing completions (its
-                    # handler has returned: it takes an item once its call is written).
-                    count = self._waiting + 1 + (1 if self._writing else 0)
+                    inline = self.inline
+                    if inline:
+                        count = self._inline_count
+                    else:
+                        # The slots waiting, this one, and the one writing completions (its
+                        # handler has returned: it takes an item once its call is written).
+                        count = self._waiting + 1 + (1 if self._writing else 0)
                     arrived = None
+            if flush:
+                yield from self.flush()
+                continue
             if arrived is not None:
                 try:
                     yield Pause(WAIT_SECS, arrived)
@@ -98,15 +161,21 @@ class Batch:
                         self._waiting -= 1
                 continue
             got: list[tuple[QueueBase, Item]] | bool = False
+            woken: Flag | None = None
             try:
                 got = yield from self._lease(count, block=not busy)
             finally:
                 with self._lock:
                     self._leasing = False
-                    if isinstance(got, list):
+                    if isinstance(got, list) and len(got) > 1:
                         self._ready.extend(got[1:])
-                    woken, self._arrived = self._arrived, Flag()
-                woken.set()
+                        self._ready_at = time.monotonic()
+                    # Inline, the others are not woken: the items are this slot's to run (a
+                    # slot waiting takes one left here when it looks again).
+                    if not (inline and got) and self._waiting:
+                        woken, self._arrived = self._arrived, Flag()
+                if woken is not None:
+                    woken.set()
             if got is False:
                 return False
             return got[0] if isinstance(got, list) and got else None
@@ -148,33 +217,93 @@ class Batch:
                 queue, item = self._ready.popleft()
             yield from self.core.give_back(queue, item)
 
-    # Completing ---------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Wake the slots waiting for an item (the worker is stopping)."""
+        with self._lock:
+            woken, self._arrived = self._arrived, Flag()
+        woken.set()
 
-    def settle(self, job: Job, lost: bool) -> Loop[bool]:
-        """Hand a job whose handler returned to the completion; write them if no one is.
+    def tidy(self, now: float) -> Loop[None]:
+        """The watchdog's turn: settle what waited :data:`STALE_SECS` or more.
 
-        Returns True (the slot goes on).
+        Items leased and not taken by a slot (a handler run inline turned slow) go back to the
+        front of their queue, their delivery undone; completions handed over and not written
+        (their writer is running a slow handler) are written.
         """
         with self._lock:
+            stale = self._ready and now - self._ready_at >= STALE_SECS
+            taken = list(self._ready) if stale else []
+            if stale:
+                self._ready.clear()
+            late = (
+                bool(self._pending) and not self._writing and now - self._pending_at >= STALE_SECS
+            )
+        for queue, item in taken:
+            logger.debug("%s of %s was not taken in time: given back", item.id(), queue.name.prefix)
+            yield from self.core.give_back(queue, item, "not started in time")
+        if late:
+            yield from self.flush()
+
+    # Completing ---------------------------------------------------------------------------------
+
+    def hand_over(self, job: Job, lost: bool, now: float) -> bool:
+        """Hand a job whose handler returned (at ``now``) to the completion.
+
+        Returns:
+            True when it is left to a writer (a slot writing, or inline, the slot that runs the
+            last of the items leased with it); False when this slot is to write now
+            (:meth:`write_handed`).
+        """
+        with self._lock:
+            if not self._pending:
+                self._pending_at = now
             self._pending.append((job, lost, self.core.outage.started))
             if self._writing:
                 return True
+            if self._ready and self.inline and now - self._pending_at < STALE_SECS:
+                return True  # written with the items still to run
             self._writing = True
+            return False
+
+    def write_handed(self) -> Loop[bool]:
+        """As the writer (:meth:`hand_over` returned False): write every completion handed over.
+
+        Returns True (the slot goes on).
+        """
         try:
-            # Let the slots that got items with this one finish theirs first: they go out in
-            # the same call.
-            yield Pause(0, self.core.stop_flag)
-            while True:
-                with self._lock:
-                    jobs, self._pending = self._pending, []
-                    if not jobs:
-                        self._writing = False
-                        return True
-                yield from self.write(jobs)
+            if not self.inline:
+                # Let the slots that got items with this one finish theirs first: they go out
+                # in the same call.
+                yield Pause(0, self.core.stop_flag)
+            yield from self._write_pending()
         except BaseException:
             with self._lock:
                 self._writing = False
             raise
+        return True
+
+    def flush(self) -> Loop[None]:
+        """Write the completions handed over, unless a slot is writing them."""
+        with self._lock:
+            if self._writing or not self._pending:
+                return
+            self._writing = True
+        try:
+            yield from self._write_pending()
+        except BaseException:
+            with self._lock:
+                self._writing = False
+            raise
+
+    def _write_pending(self) -> Loop[None]:
+        """As the writer: write every completion handed over until none is left."""
+        while True:
+            with self._lock:
+                jobs, self._pending = self._pending, []
+                if not jobs:
+                    self._writing = False
+                    return
+            yield from self.write(jobs)
 
     def write(self, jobs: Sequence[tuple[Job, bool, int]]) -> Loop[None]:
         """Complete ``jobs``: one call per queue (per chunk of ids), counted per job.
@@ -185,12 +314,17 @@ class Batch:
         (its slot, unbatched, would have sent it before and retried it): an item the call
         finds gone then counts as completed, as it does for one call retried.
         """
-        by_queue: dict[str, list[tuple[Job, bool, int]]] = {}
-        for entry in jobs:
-            by_queue.setdefault(entry[0].queue.name.prefix, []).append(entry)
+        first = jobs[0][0].queue
+        if all(entry[0].queue is first for entry in jobs):
+            groups: Iterable[Sequence[tuple[Job, bool, int]]] = (jobs,)
+        else:
+            by_queue: dict[str, list[tuple[Job, bool, int]]] = {}
+            for entry in jobs:
+                by_queue.setdefault(entry[0].queue.name.prefix, []).append(entry)
+            groups = by_queue.values()
         core = self.core
         debug = logger.isEnabledFor(logging.DEBUG)  # each completion is logged
-        for group in by_queue.values():
+        for group in groups:
             queue = group[0][0].queue
             items = [job.item for job, _, _ in group]
             complete = functools.partial(queue.ops.complete, items)

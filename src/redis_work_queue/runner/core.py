@@ -40,7 +40,7 @@ from ..queue_base import QueueBase
 from ..results import Released, Renewed
 from ..validation import check_result
 from .actions import Flag, Handle, Loop, Pause, Replace, Returned
-from .batching import Batch
+from .batching import FAST_SECS, Batch
 from .options import Options
 from .retry import Done, GaveUp, Outage, backoff_delay, once, retrying
 
@@ -396,10 +396,8 @@ class Core:
         self.worker_id = new_worker_id()
         self.started = time.time()
         self._lock = threading.Lock()
-        #: The slots' shared lease and completion (see :mod:`.batching`), with several slots.
-        self.batch: Batch | None = (
-            Batch(self) if options.batch and options.concurrency > 1 else None
-        )
+        #: The slots' shared lease and completion (see :mod:`.batching`), unless batching is off.
+        self.batch: Batch | None = Batch(self) if options.batch else None
 
     # Counts and state ---------------------------------------------------------------------------
 
@@ -494,11 +492,23 @@ class Core:
                 ahead = went_on
 
     def _batched_loop(self, slot: int, batch: Batch) -> Loop[None]:
-        """:meth:`job_loop` with the slot set's shared lease and completion (:mod:`.batching`)."""
+        """:meth:`job_loop` with the slot set's shared lease and completion (:mod:`.batching`).
+
+        A completion that leased the next item with it (one slot, handlers not fast) stands for
+        the next look, as in :meth:`job_loop`.
+        """
         busy = False
+        ahead: Looked | None = None
+        timeout = self.options.timeout
         try:
             while True:
-                found = yield from batch.next(busy)
+                if ahead is not None:
+                    found: tuple[QueueBase, Item] | bool | None = ahead.found
+                    ahead = None
+                else:
+                    found = batch.take_ready()
+                    if found is None:
+                        found = yield from batch.next(busy)
                 if found is False:
                     return
                 busy = found is not None
@@ -508,12 +518,16 @@ class Core:
                 if self.stop_flag.is_set():
                     yield from self._give_back(queue, item)
                     return
-                job = Job.begin(slot, queue, item, self.options.timeout)
-                if (yield from self._work(job)) is False:
+                went_on = yield from self._work(Job.begin(slot, queue, item, timeout))
+                if went_on is False:
                     return
+                if went_on is not True:
+                    ahead = went_on
         finally:
             if self.stop_flag.is_set():
+                batch.wake()
                 yield from batch.give_back_ready()
+                yield from batch.flush()
 
     def retrying_lease(self, look: Callable[[], Steps[T]]) -> Loop[Done[T] | GaveUp]:
         """Run a lease until it succeeds, waiting out outages; give up once stopping."""
@@ -527,9 +541,11 @@ class Core:
         """One look at the queues for one item (see :meth:`_lease`)."""
         return (yield from self._lease(block))
 
-    def give_back(self, queue: QueueBase, item: Item) -> Loop[None]:
-        """Give back an item leased as the worker stopped (see :meth:`_give_back`)."""
-        yield from self._give_back(queue, item)
+    def give_back(
+        self, queue: QueueBase, item: Item, reason: str = "worker stopping"
+    ) -> Loop[None]:
+        """Give back an item leased and not started (see :meth:`_give_back`)."""
+        yield from self._give_back(queue, item, reason)
 
     def _lease(self, block: bool) -> Steps[tuple[QueueBase, Item] | None]:
         """One look at the queues (blocking for up to ``poll_secs``, or not)."""
@@ -538,15 +554,18 @@ class Core:
         found = yield from lease_ops.lease_from(self.ops, options.lease_secs, block, timeout, False)
         return None if found is None else (self.queues[found[0]], found[1])
 
-    def _give_back(self, queue: QueueBase, item: Item) -> Loop[None]:
+    def _give_back(
+        self, queue: QueueBase, item: Item, reason: str = "worker stopping"
+    ) -> Loop[None]:
         """Leased as the stop came: give it back uncounted, at the front of the line."""
-        back = functools.partial(queue.ops.release_outcome, item, 0, "worker stopping", True)
+        back = functools.partial(queue.ops.release_outcome, item, 0, reason, True)
         tried = yield from retrying(back, self.outage, self.abort_flag, once)
         if isinstance(tried, GaveUp):
             logger.warning(
-                "could not give back %s of %s on stopping (%s): left to its lease",
+                "could not give back %s of %s (%s; %s): left to its lease",
                 item.id(),
                 queue.name.prefix,
+                reason,
                 tried.error,
             )
 
@@ -560,9 +579,12 @@ class Core:
         self.held.hold(job)
         if self.listener is not None:
             self.listener.started(self, job)
-        begun = time.monotonic()
         reply: BaseException | Returned | None = yield Handle(job.item, job.queue)
-        took = time.monotonic() - begun
+        now = time.monotonic()
+        took = now - job.started
+        batch = self.batch
+        if batch is not None:
+            batch.fast = took <= FAST_SECS
         raised, kept = self._outcome(job, reply)
         state = self.held.finish(job)
         if state == TIMED_OUT:
@@ -581,9 +603,10 @@ class Core:
         try:
             if self.abort_flag.is_set():
                 return False
-            if raised is None and kept is None and self.batch is not None:
+            if raised is None and kept is None and batch is not None and batch.takes():
                 # Completed together with the slots' others; a result to keep goes alone.
-                return (yield from self.batch.settle(job, lost=state == LOST))
+                handed = batch.hand_over(job, state == LOST, now)
+                return True if handed else (yield from batch.write_handed())
             if raised is None:
                 return (yield from self._settle_success(job, state == LOST, kept))
             self.count(failed=1)
@@ -779,6 +802,8 @@ class Core:
                     yield from self._time_out(job)
             for job in self.held.take_to_stop():  # cancelled jobs of child processes
                 yield Replace(job)
+            if self.batch is not None:  # items or completions left behind a slow handler
+                yield from self.batch.tidy(time.monotonic())
             if not self.renews:
                 continue
             for job in self.held.due(time.monotonic(), every):

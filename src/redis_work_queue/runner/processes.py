@@ -373,6 +373,7 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
         clean_secs=None,
         heartbeat_secs=None,
         schedule_secs=None,
+        batch=False,  # the parent knows one job per child: no items leased ahead
     )
     worker._listener = _Reporter(events, slot, list(queues))
     signal.signal(CHILD_ABORT, lambda signum, frame: worker.abort())
