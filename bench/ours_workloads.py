@@ -660,6 +660,41 @@ def grouped(db: redis.Redis, q: Any, p: Result) -> Result:
     return result
 
 
+def group_rate_limited(db: redis.Redis, q: Any, p: Result) -> Result:
+    """Items/s of the plain ``lease(block=False)`` + ``complete`` loop on items of 10 groups,
+    each group with a rate limit it never reaches (every group's, RateLimit(10**9, 1,
+    burst=10**6): each lease reads and moves its group's pacing clock, and the pacer takes its
+    turns on the ring) and without one, in alternating rounds of one run.
+    """
+    rwq = q.rwq
+    n, rounds = p["n"], p["rounds"]
+    per = max(1, n // rounds)
+    generous = rwq.RateLimit(10**9, 1, burst=10**6)
+    keys = q.queue.keys
+
+    def pairs(k: int, limit: Any) -> float:
+        q.queue.set_default_group_rate_limit(db, limit)
+        if limit is None:
+            db.delete(keys.groups_paced)  # no clocks: the ring holds the groups alone
+            db.lrem(keys.groups, 0, b"\xff")
+            db.hdel(keys.groups_state, b"q:\xff")
+        _fill_groups(q, db, k, 10)
+        gc.collect()
+        start = time.perf_counter()
+        _plain_pairs(q, k)
+        seconds = time.perf_counter() - start
+        _expect("processing list after the round", q.processing(), 0)
+        return k / seconds
+
+    pairs(WARMUP, None)
+    pairs(WARMUP, generous)
+    result: Result = {"none": _rate_result(per), "limited": _rate_result(per)}
+    for _ in range(rounds):
+        _record(result["none"], pairs(per, None))
+        _record(result["limited"], pairs(per, generous))
+    return result
+
+
 OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "deep_clean_lost": deep_clean_lost,
     "light_clean_longest": light_clean_longest,
@@ -671,4 +706,5 @@ OURS_ONLY: dict[str, Callable[[redis.Redis, Any, Result], Result]] = {
     "schedules_tick": schedules_tick,
     "rate_limited": rate_limited,
     "grouped": grouped,
+    "group_rate_limited": group_rate_limited,
 }

@@ -147,6 +147,9 @@ if #fresh_ids > 0 and (SIZES[Q.grouped] or 0) > 0 then
   redis.call('HDEL', Q.grouped, unpack(fresh_ids))
 end
 if #tagged > 0 then
+  if overwrite and SIZES[Q.grouped] > 0 then
+    keep_flight(Q, tagged)
+  end
   redis.call('HSET', Q.grouped, unpack(tagged))
 end
 if #ready > 0 then

@@ -32,7 +32,7 @@ for j, id in ipairs(ids) do
 end
 check_types('list', {Q.processing}, 'hash', {Q.deliveries, Q.reasons, Q.counts}, 'string', items)
 check_groups(Q)
-local groups = groups_of(Q, ids)
+local groups, flying = groups_of(Q, ids)
 if SIZES[Q.grouped] > 0 then
   check_types('list', {Q.queue})
   check_wake(Q)
@@ -49,7 +49,9 @@ for j, id in ipairs(ids) do
     forget(Q, id)
     if groups[j] then
       redis.call('HDEL', Q.grouped, id)
-      group_done(Q, groups[j])
+      if flying[j] then
+        group_done(Q, groups[j])
+      end
     end
     if done[j] == 1 then
       emit(Q, 'completed', id, delivery)

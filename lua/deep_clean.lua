@@ -33,7 +33,7 @@ local ids = {}
 for k, held in ipairs(mine) do
   ids[k] = held[1]
 end
-local groups = groups_of(Q, ids)
+local groups, flying = groups_of(Q, ids)
 local requeued, back = {}, {}
 for k, held in ipairs(mine) do
   local id = held[1]
@@ -42,6 +42,9 @@ for k, held in ipairs(mine) do
     requeued[#requeued + 1] = id
     local delivery = delivery_of(Q, id)
     if groups[k] then
+      if flying[k] then
+        group_done(Q, groups[k], id)
+      end
       group_push(Q, groups[k], id, false)
     else
       back[#back + 1] = id
@@ -52,6 +55,9 @@ for k, held in ipairs(mine) do
     forget(Q, id)
     if groups[k] then
       redis.call('HDEL', Q.grouped, id)
+      if flying[k] then
+        group_done(Q, groups[k])
+      end
     end
   end
 end

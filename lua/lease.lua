@@ -96,7 +96,8 @@ for i = 1, NQ do
   end
   ringed[i] = ring ~= 0
   if ringed[i] then
-    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue}, 'zset', {q.groups_backlog})
+    check_types('hash', {q.groups_state, q.grouped}, 'list', {q.queue}, 'zset', {q.groups_backlog,
+      q.groups_paced})
     check_wake(q)
   end
   if register_ms > 0 or registered then
@@ -193,6 +194,9 @@ local function group_turn(q, max)
     return false
   end
   local state = q.groups_state
+  if g == PACER then
+    return group_pacer(q, now)
+  end
   if g == '' then
     from_main(q, max, got + 1)
     if redis.call('LLEN', q.queue) > 0 and redis.call('LLEN', q.groups) > 0 then
@@ -202,23 +206,32 @@ local function group_turn(q, max)
     end
     return true
   end
-  local s = redis.call('HMGET', state, 'p:' .. g, 'b:' .. g, 'cap', 'q:')
+  local s = redis.call('HMGET', state, 'p:' .. g, 'b:' .. g, 'cap', 'q:', 'r:' .. g, 'rate',
+    'q:' .. PACER)
   local busy, cap = tonumber(s[2] or '0'), tonumber(s[3] or '')
   if cap == 0 then
     cap = nil
   end
   local list = q.group .. g
   -- A paused group, or one at its cap, leaves the ring; so does one whose list is empty, or of
-  -- another type (it reads as empty and is left alone).
-  local id = false
+  -- another type (it reads as empty and is left alone); one over its rate limit waits off it.
+  local id, lim, wait = false, group_limit(s[5], s[6]), false
   if not (s[1] or (cap and busy >= cap)) then
-    id = redis.pcall('RPOP', list)
-    if id == false then
-      group_empty(q, g)
+    wait = lim and not group_may(q, g, lim, now)
+    if not wait then
+      id = redis.pcall('RPOP', list)
+      if id == false then
+        group_empty(q, g)
+      end
     end
   end
   if type(id) ~= 'string' then
-    redis.call('HDEL', state, 'q:' .. g)
+    if wait then
+      redis.call('HSET', state, 'q:' .. g, 'w')
+      pacer_on(q, s[7])
+    else
+      redis.call('HDEL', state, 'q:' .. g)
+    end
     budget = budget - 1
     return true
   end
@@ -237,6 +250,10 @@ local function group_turn(q, max)
     end
   end
   local n, leased = take(q, id, data, ms, stamp, max, once, now, seen)
+  local more = true
+  if n and lim then
+    more = group_paced(q, g, lim, now, s[7])
+  end
   if n then
     local k = #out
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = q.index, id, data, n
@@ -246,6 +263,7 @@ local function group_turn(q, max)
     else
       redis.call('LPUSH', q.processing, id)
       redis.call('HSET', q.deliveries, id, n == 1 and '1' or n)
+      redis.call('HSET', q.grouped, id, FLIGHT .. g)
       busy = redis.call('HINCRBY', state, 'b:' .. g, '1')
     end
   else
@@ -256,7 +274,9 @@ local function group_turn(q, max)
     end
     budget = budget - 1
   end
-  if (not cap or busy < cap) and left > 0 then
+  if (not cap or busy < cap) and left > 0 and not more then
+    redis.call('HSET', state, 'q:' .. g, 'w')
+  elseif (not cap or busy < cap) and left > 0 then
     redis.call('LPUSH', q.groups, g)
   else
     redis.call('HDEL', state, 'q:' .. g)
@@ -309,6 +329,9 @@ local soonest = -1
 for i = 1, NQ do
   local q = queues[i]
   local due = next_due(q, now)
+  if ringed[i] then
+    due = group_due(q, now, due)
+  end
   if due >= 0 and (soonest < 0 or due < soonest) then
     soonest = due
   end

@@ -28,7 +28,7 @@ check_types('list', {Q.queue, Q.wake}, 'hash', {Q.deliveries, Q.reasons, Q.count
   'zset', {Q.dead, Q.delayed, Q.waiting})
 check_groups(Q)
 local ids = redis.call('LRANGE', Q.processing, -budget, -1)
-local groups = groups_of(Q, ids)
+local groups, flying = groups_of(Q, ids)
 local data, leases = {}, {}
 for i = #ids, 1, -1 do
   data[i] = redis.call('GET', Q.item .. ids[i])
@@ -45,6 +45,7 @@ local seen, live, back, regrouped = {}, {}, {}, 0
 for i = #ids, 1, -1 do
   local id = ids[i]
   local g = not seen[id] and groups[i]
+  local flew = g and flying[i]
   if seen[id] then
     dropped = dropped + 1
   elseif not data[i] then
@@ -52,7 +53,9 @@ for i = #ids, 1, -1 do
     if g then
       -- Its data lapsed (a time to live) while it was in flight.
       redis.call('HDEL', Q.grouped, id)
-      group_done(Q, g)
+      if flew then
+        group_done(Q, g)
+      end
     end
     dropped = dropped + 1
   elseif leases[i] and not is_hold(leases[i]) then
@@ -68,14 +71,18 @@ for i = #ids, 1, -1 do
       buried = buried + 1
       if g then
         redis.call('HDEL', Q.grouped, id)
-        group_done(Q, g)
+        if flew then
+          group_done(Q, g)
+        end
       end
     else
       if n > 0 then
         redis.call('HSET', Q.reasons, id, 'lease expired')
       end
       if g then
-        group_done(Q, g)
+        if flew then
+          group_done(Q, g, id)
+        end
         group_push(Q, g, id, false)
         regrouped = regrouped + 1
       else

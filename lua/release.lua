@@ -35,11 +35,12 @@ if data and not undo then
 end
 check_wake(Q)
 check_groups(Q)
-local g = groups_of(Q, {id})[1]
+local groups, flying = groups_of(Q, {id})
+local g = groups[1]
 redis.call('DEL', lease)
 redis.call('LREM', Q.processing, -1, id)
-if g then
-  group_done(Q, g)
+if g and flying[1] then
+  group_done(Q, g, id)
 end
 if not data then
   forget(Q, id)

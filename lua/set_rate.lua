@@ -16,7 +16,7 @@ local mode, items = arg(1), arg(2)
 check_types('hash', {Q.rate})
 if mode == 'declare' then
   check_types('list', {Q.queue, Q.processing, Q.wake, Q.groups}, 'hash', {Q.deliveries, Q.reasons,
-    Q.counts}, 'zset', {Q.delayed, Q.dead, Q.waiting, Q.groups_backlog})
+    Q.counts}, 'zset', {Q.delayed, Q.dead, Q.waiting, Q.groups_backlog, Q.groups_paced})
 end
 if mode == 'declare' and redis.call('HGET', Q.rate, 'count') then
   return 0

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import fakeredis
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from redis_work_queue import AsyncWorkQueue, KeyPrefix, WorkQueue
 
@@ -41,6 +43,37 @@ class _Loop:
 
 
 _LOOPS: list[_Loop] = []
+#: The asyncio twins of Redis Cluster clients, by the id of the synchronous client (kept with
+#: it): shared by the bridges while that client lives, and closed by :func:`close_twins`.
+_CLUSTER_TWINS: dict[int, tuple[redis.cluster.RedisCluster, Any]] = {}
+
+
+def close_twins() -> None:
+    """Close the asyncio cluster clients made so far, on their loop."""
+    while _CLUSTER_TWINS:
+        _, twin = _CLUSTER_TWINS.popitem()[1]
+        loop().run(twin.aclose())
+
+
+def _cluster_twin(db: redis.cluster.RedisCluster) -> Any:
+    """The asyncio client of the same cluster as ``db``, of the same reply flavour."""
+    found = _CLUSTER_TWINS.get(id(db))
+    if found is None:
+        manager = db.nodes_manager
+        nodes = [
+            redis.asyncio.cluster.ClusterNode(n.host, n.port)
+            for n in manager.startup_nodes.values()
+        ]
+        options = {k: v for k, v in manager.connection_kwargs.items() if k in _SHARED[:2]}
+
+        async def make() -> Any:
+            made = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
+            # reads the slot map now, as the synchronous client did when it was made
+            return await made.initialize()
+
+        found = (db, loop().run(make()))
+        _CLUSTER_TWINS[id(db)] = found
+    return found[1]
 
 
 def loop() -> _Loop:
@@ -61,6 +94,8 @@ class BlockingAsyncQueue(WorkQueue):
         """The asyncio client of the same server as ``db``."""
         found = self._twins.get(id(db))
         if found is None:
+            if isinstance(db, redis.cluster.RedisCluster):
+                return _cluster_twin(db)
             kwargs = db.connection_pool.connection_kwargs
             if isinstance(db, fakeredis.FakeRedis):
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -64,8 +65,14 @@ def dump_state(db: redis.Redis, ttl_step_ms: int | None = None) -> Dump:
 
     The TTL is whether the key has one (a bool), or with ``ttl_step_ms`` its PTTL rounded to
     steps of that many ms (-1: none), so that two dumps a moment apart compare equal. Replies
-    are read undecoded, whatever the client's ``decode_responses``.
+    are read undecoded, whatever the client's ``decode_responses``. On a Redis Cluster client,
+    every primary's keys.
     """
+    if isinstance(db, RedisCluster):
+        merged: Dump = {}
+        for node in db.get_primaries():
+            merged.update(dump_state(db.get_redis_connection(node), ttl_step_ms))
+        return merged
     keys: set[bytes] = set()
     cursor: Any = 0
     while True:
@@ -139,14 +146,67 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return thread, outcome
 
 
+def all_keys(db: redis.Redis, pattern: str = "*") -> list[bytes]:
+    """The keys matching ``pattern``, as bytes: on a Redis Cluster client, every primary's."""
+    if isinstance(db, RedisCluster):
+        found = []
+        for node in db.get_primaries():
+            client = db.get_redis_connection(node)
+            found += raw(client, "KEYS", pattern)
+        return [bytes(k) for k in found]
+    return [bytes(k) for k in raw(db, "KEYS", pattern)]
+
+
+def node_client(db: redis.Redis, key: str) -> redis.Redis:
+    """The client of the server that holds ``key``: ``db`` itself, or on a Redis Cluster
+    client, that of the primary owning ``key``'s slot (for SCAN and other keyless commands)."""
+    if isinstance(db, RedisCluster):
+        found: redis.Redis = db.get_redis_connection(db.get_node_from_key(key))
+        return found
+    return db
+
+
+def server_infos(db: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """INFO ``section`` of the server, or of every primary of a Redis Cluster client."""
+    if isinstance(db, RedisCluster):
+        return [db.get_redis_connection(n).info(section) for n in db.get_primaries()]
+    return [db.info(section)]
+
+
+def wake_slice(db: redis.Redis) -> float:
+    """How much later (s) a blocked worker of a sharded queue may wake on ``db`` than on one
+    server: on Redis Cluster it blocks on its own shard and looks at the others once every
+    ``SHARD_WAIT_SLICE``, so an item on another shard wakes it within that slice and a look at
+    every shard (given 0.25 s here, on a busy machine)."""
+    from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE  # noqa: PLC0415
+
+    return SHARD_WAIT_SLICE + 0.25 if isinstance(db, RedisCluster) else 0.0
+
+
+def blocked_clients(db: redis.Redis) -> int:
+    """Clients blocked in a command: on the server, or on every primary of a cluster."""
+    return sum(int(found["blocked_clients"]) for found in server_infos(db, "clients"))
+
+
+def shard_prefixes(queue: Any) -> list[str]:
+    """The key prefixes of a queue's shards (the queue's own for an unsharded queue)."""
+    return [shard.keys.prefix for shard in getattr(queue.ops, "shard_ops", [queue.ops])]
+
+
+def keys_of(queue: Any, item_id: str) -> Any:
+    """The ``QueueKeys`` of the shard that holds ``item_id`` (the queue's own when unsharded)."""
+    shard_for = getattr(queue.ops, "shard_for", None)
+    return queue.keys if shard_for is None else shard_for(item_id).keys
+
+
 def keys_left(db: redis.Redis) -> list[bytes]:
     """Every key of the database but the queues' counters (``<prefix>:counts``), which stay
     when an item's every trace is gone."""
-    return sorted(bytes(k) for k in raw(db, "KEYS", "*") if not bytes(k).endswith(b":counts"))
+    return sorted(k for k in all_keys(db) if not k.endswith(b":counts"))
 
 
 def traces(db: redis.Redis, pattern: str) -> list[bytes]:
     """The keys matching ``pattern`` but a queue's counters (``<prefix>:counts``) and job
     durations (``<prefix>:durations``), which outlive the items they count."""
     kept = (b":counts", b":durations")
-    return sorted(bytes(k) for k in raw(db, "KEYS", pattern) if not bytes(k).endswith(kept))
+    return sorted(k for k in all_keys(db, pattern) if not k.endswith(kept))

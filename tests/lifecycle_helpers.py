@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import redis
+from redis.cluster import RedisCluster
 
 _GLOB = re.compile(r"([*?\[\]\\])")
 
@@ -74,5 +75,8 @@ def deliveries_of(db: redis.Redis, prefix: str, item_id: str) -> int:
 
 
 def blocked_clients(db: redis.Redis) -> int:
-    """How many clients of a real server are blocked in a blocking command."""
+    """How many clients of a real server (or of every primary of a cluster) are blocked in a
+    blocking command."""
+    if isinstance(db, RedisCluster):
+        return sum(blocked_clients(db.get_redis_connection(n)) for n in db.get_primaries())
     return sum("b" in _text(client.get("flags", "")) for client in db.client_list())

@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from helpers import dump_state, wait_for
-from redis_work_queue import Item, KeyPrefix, WorkQueue, cli
+from redis_work_queue import Item, KeyPrefix, RateLimit, WorkQueue, cli
 from redis_work_queue.connect import cluster_node, connect, mask, target, with_credentials
 from redis_work_queue.errors import InvalidArgumentError
 from runner_handlers import job
@@ -931,6 +931,30 @@ def test_groups_lists_the_top_groups_and_pauses_resumes_and_caps_them(
     assert queue.stats(real_db).group_concurrency is None
 
 
+def test_groups_rate_sets_and_removes_a_groups_limit_and_every_groups(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    queue = WorkQueue(KeyPrefix(P))
+    url = ["--url", redis_url]
+    own = rwq("groups", "rate", P, "acme", "5", "1", "2", *url)
+    assert (own.returncode, own.stdout) == (0, f"{P} acme: 5 per 1 s, burst 2\n"), own.stderr
+    assert queue.stats(real_db, groups=["acme"]).groups["acme"].rate_limit == RateLimit(5, 1.0, 2)
+    every = rwq("groups", "rate-default", P, "0.5", "2", *url, "--json")
+    assert json.loads(every.stdout) == {
+        "queue": P,
+        "group_rate_limit": {"count": 0.5, "per_secs": 2.0, "burst": 1},
+    }
+    shown = rwq("groups", "rate", P, "acme", "off", *url, "--json")
+    assert json.loads(shown.stdout) == {
+        "queue": P,
+        "group": "acme",
+        "rate_limit": {"count": 0.5, "per_secs": 2.0, "burst": 1},  # every group's applies
+    }
+    off = rwq("groups", "rate-default", P, "off", *url)
+    assert (off.returncode, off.stdout) == (0, f"{P}: every group: no rate limit\n")
+    assert queue.stats(real_db).group_rate_limit is None
+
+
 def test_groups_refuses_bad_usage_in_one_line_and_writes_nothing(
     real_db: redis.Redis, redis_url: str
 ) -> None:
@@ -947,6 +971,12 @@ def test_groups_refuses_bad_usage_in_one_line_and_writes_nothing(
         ([P, "other"], "name one queue"),
         ([P, "--top", "0"], "--top must be 1 to 1000"),
         (["pause", P, "acme", "--shards", "2"], "sharded queue"),
+        (["rate", P, "acme"], "usage: rwq groups rate QUEUE GROUP COUNT PER_SECS [BURST]|off"),
+        (["rate", P, "acme", "five", "1"], "COUNT and PER_SECS are numbers"),
+        (["rate", P, "acme", "0", "1"], "must be positive"),
+        (["rate", P, "", "5", "1"], "must not be empty"),
+        (["rate-default", P, "5"], "usage: rwq groups rate-default QUEUE COUNT PER_SECS"),
+        (["rate-default", P, "5", "1", "0"], "burst must be a positive int"),
     ):
         result = rwq("groups", *args, "--url", redis_url)
         assert result.returncode == 2 and result.stdout == "", args

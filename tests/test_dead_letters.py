@@ -19,12 +19,30 @@ from lifecycle_helpers import (
 from redis_work_queue import DeadLetter, InvalidArgumentError, Item, KeyPrefix, WorkQueue
 
 P = "dl"
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys, its order across all items, or clean it as another client
+#: of the unsharded layout: unsharded only.
+SHARDS_SKIP = {
+    "test_burial_is_atomic_under_a_concurrent_foreign_cleaner",
+    "test_dead_letter_keys_are_not_item_keys",
+    "test_foreign_deep_clean_recovers_lost_items",
+    "test_items_below_the_limit_are_unaffected",
+    "test_no_deep_clean_brings_back_an_expired_dead_letter",
+    "test_requeue_all_in_chunks",
+}
 SHORT = 0.05
 EXPIRED = 0.12
 
 
-def make(max_deliveries: int | None) -> WorkQueue:
-    return WorkQueue(KeyPrefix(P), max_deliveries=max_deliveries)
+@pytest.fixture
+def make(queue_shards: int) -> Callable[[int | None], WorkQueue]:
+    """Make the module's queue with a delivery limit (sharded on a sharded run)."""
+
+    def build(max_deliveries: int | None) -> WorkQueue:
+        shards = {"shards": queue_shards} if queue_shards > 1 else {}
+        return WorkQueue(KeyPrefix(P), max_deliveries=max_deliveries, **shards)
+
+    return build
 
 
 def lease_now(db: redis.Redis, queue: WorkQueue, lease_secs: float = 30) -> Item:
@@ -46,13 +64,15 @@ def test_max_deliveries_must_be_a_positive_int(bad: object) -> None:
         WorkQueue(KeyPrefix(P), max_deliveries=bad)  # type: ignore[arg-type]
 
 
-def test_max_deliveries_property() -> None:
+def test_max_deliveries_property(make: Callable[..., WorkQueue]) -> None:
     assert make(None).max_deliveries is None
     assert make(4).max_deliveries == 4
 
 
 @pytest.mark.parametrize("limit", [1, 3])
-def test_last_release_buries_the_item(db: redis.Redis, limit: int) -> None:
+def test_last_release_buries_the_item(
+    make: Callable[..., WorkQueue], db: redis.Redis, limit: int
+) -> None:
     queue = make(limit)
     queue.add_item(db, Item(b"\x00payload\xff", id="a"))
     for n in range(1, limit + 1):
@@ -76,7 +96,9 @@ def test_last_release_buries_the_item(db: redis.Redis, limit: int) -> None:
     assert queue.processing(db) == 0
 
 
-def test_release_without_a_reason_keeps_the_last_one(db: redis.Redis) -> None:
+def test_release_without_a_reason_keeps_the_last_one(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(2)
     queue.add_item(db, Item(b"d", id="a"))
     assert queue.release(db, lease_now(db, queue), reason="first try failed")
@@ -85,7 +107,9 @@ def test_release_without_a_reason_keeps_the_last_one(db: redis.Redis) -> None:
     assert dead.reason == "first try failed"
 
 
-def test_delayed_release_on_the_last_delivery_buries_at_once(db: redis.Redis) -> None:
+def test_delayed_release_on_the_last_delivery_buries_at_once(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(1)
     queue.add_item(db, Item(b"d", id="a"))
     assert queue.release(db, lease_now(db, queue), delay=60, reason="late")
@@ -94,7 +118,9 @@ def test_delayed_release_on_the_last_delivery_buries_at_once(db: redis.Redis) ->
     assert_no_bookkeeping(db, P, "a")
 
 
-def test_last_lease_expiry_buries_the_item_on_light_clean(bytes_db: redis.Redis) -> None:
+def test_last_lease_expiry_buries_the_item_on_light_clean(
+    make: Callable[..., WorkQueue], bytes_db: redis.Redis
+) -> None:
     db = bytes_db
     queue = make(2)
     queue.add_item(db, Item(b"d", id="a"))
@@ -113,7 +139,9 @@ def test_last_lease_expiry_buries_the_item_on_light_clean(bytes_db: redis.Redis)
     assert queue.dead_count(db) == 1
 
 
-def test_expiries_alone_bury_after_the_limit(bytes_db: redis.Redis) -> None:
+def test_expiries_alone_bury_after_the_limit(
+    make: Callable[..., WorkQueue], bytes_db: redis.Redis
+) -> None:
     db = bytes_db
     queue = make(3)
     queue.add_item(db, Item(b"d", id="a"))
@@ -131,7 +159,9 @@ def test_expiries_alone_bury_after_the_limit(bytes_db: redis.Redis) -> None:
     assert queue.dead_letters(db)[0].deliveries == 3
 
 
-def test_limit_holds_when_a_client_without_the_limit_cleans(bytes_db: redis.Redis) -> None:
+def test_limit_holds_when_a_client_without_the_limit_cleans(
+    make: Callable[..., WorkQueue], bytes_db: redis.Redis
+) -> None:
     """A cleaner that does not know the limit requeues the item; the next lease buries it."""
     db = bytes_db
     limited, unlimited = make(1), make(None)
@@ -144,7 +174,9 @@ def test_limit_holds_when_a_client_without_the_limit_cleans(bytes_db: redis.Redi
     assert limited.dead_letters(db)[0].deliveries == 1
 
 
-def test_items_below_the_limit_are_unaffected(db: redis.Redis) -> None:
+def test_items_below_the_limit_are_unaffected(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(2)
     queue.add_item(db, Item(b"d", id="a"))
     queue.add_item(db, Item(b"e", id="b"))
@@ -172,7 +204,7 @@ def bury_all(db: redis.Redis, queue: WorkQueue, ids: list[str]) -> None:
         time.sleep(0.002)
 
 
-def test_dead_letters_pages_oldest_first(db: redis.Redis) -> None:
+def test_dead_letters_pages_oldest_first(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(1)
     ids = [f"d{i}" for i in range(7)]
     bury_all(db, queue, ids)
@@ -235,12 +267,14 @@ def test_dead_letters_with_a_preview_cut_the_data_and_give_the_whole_size(
 
 
 @pytest.mark.parametrize("bad", [(0, 0), (0, -1), ("0", 1), (0, 1.5), (True, 1)])
-def test_dead_letters_rejects_bad_paging(db: redis.Redis, bad: tuple[object, object]) -> None:
+def test_dead_letters_rejects_bad_paging(
+    make: Callable[..., WorkQueue], db: redis.Redis, bad: tuple[object, object]
+) -> None:
     with pytest.raises(InvalidArgumentError):
         make(1).dead_letters(db, *bad)  # type: ignore[arg-type]
 
 
-def test_empty_store(db: redis.Redis) -> None:
+def test_empty_store(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(1)
     assert queue.dead_count(db) == 0
     assert queue.dead_letters(db) == []
@@ -251,7 +285,9 @@ def test_empty_store(db: redis.Redis) -> None:
     assert keys_under(db, f"{P}:") == set()
 
 
-def test_ids_with_odd_characters_survive_burial(db: redis.Redis) -> None:
+def test_ids_with_odd_characters_survive_burial(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(1)
     odd = ["a:b", "{tag}", "sp ace", "gl*b?[x]", "ünï"]
     bury_all(db, queue, odd)
@@ -266,7 +302,7 @@ def test_ids_with_odd_characters_survive_burial(db: redis.Redis) -> None:
 # Requeue and purge ------------------------------------------------------------------------------
 
 
-def test_requeue_some_resets_their_counts(db: redis.Redis) -> None:
+def test_requeue_some_resets_their_counts(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(2)
     ids = ["a", "b", "c"]
     for item_id in ids:
@@ -288,7 +324,7 @@ def test_requeue_some_resets_their_counts(db: redis.Redis) -> None:
     assert queue.requeue_dead(db, ["b"]) == 0  # not dead (it is leased): nothing happens
 
 
-def test_requeue_all(db: redis.Redis) -> None:
+def test_requeue_all(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(1)
     ids = [f"d{i}" for i in range(5)]
     bury_all(db, queue, ids)
@@ -303,7 +339,7 @@ def test_requeue_all(db: redis.Redis) -> None:
     assert keys_under(db, f"{P}:") == set()
 
 
-def test_requeue_all_in_chunks(bytes_db: redis.Redis) -> None:
+def test_requeue_all_in_chunks(make: Callable[..., WorkQueue], bytes_db: redis.Redis) -> None:
     """More dead letters than one requeue step takes (DEAD_CHUNK = 500)."""
     db = bytes_db
     queue = make(1)
@@ -321,7 +357,9 @@ def test_requeue_all_in_chunks(bytes_db: redis.Redis) -> None:
     assert queue.queue_len(db) == n
 
 
-def test_requeued_item_is_buried_again_after_the_limit(db: redis.Redis) -> None:
+def test_requeued_item_is_buried_again_after_the_limit(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(2)
     queue.add_item(db, Item(b"d", id="a"))
     for _ in range(2):
@@ -336,7 +374,9 @@ def test_requeued_item_is_buried_again_after_the_limit(db: redis.Redis) -> None:
     assert (dead.id, dead.deliveries, dead.reason) == ("a", 2, "again")
 
 
-def test_dead_letter_whose_id_is_live_again_stays_dead(db: redis.Redis) -> None:
+def test_dead_letter_whose_id_is_live_again_stays_dead(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(1)
     queue.add_item(db, Item(b"old", id="a"))
     assert queue.release(db, lease_now(db, queue))
@@ -350,7 +390,7 @@ def test_dead_letter_whose_id_is_live_again_stays_dead(db: redis.Redis) -> None:
     assert nothing_leasable(db, queue)
 
 
-def test_purge_some_and_all(db: redis.Redis) -> None:
+def test_purge_some_and_all(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(1)
     ids = [f"d{i}" for i in range(5)]
     bury_all(db, queue, ids)
@@ -364,7 +404,7 @@ def test_purge_some_and_all(db: redis.Redis) -> None:
     assert keys_under(db, f"{P}:") == set()
 
 
-def test_purge_leaves_live_items_alone(db: redis.Redis) -> None:
+def test_purge_leaves_live_items_alone(make: Callable[..., WorkQueue], db: redis.Redis) -> None:
     queue = make(1)
     queue.add_item(db, Item(b"old", id="a"))
     assert queue.release(db, lease_now(db, queue))
@@ -378,7 +418,9 @@ def test_purge_leaves_live_items_alone(db: redis.Redis) -> None:
 # No cleaner brings a dead letter back -----------------------------------------------------------
 
 
-def test_foreign_deep_clean_recovers_lost_items(db: redis.Redis) -> None:
+def test_foreign_deep_clean_recovers_lost_items(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     """The foreign deep clean below is not vacuous: it does requeue a lost item."""
     queue = make(1)
     db.set(f"{P}:item:lost", b"x")  # a data key in neither list, without a lease
@@ -387,7 +429,9 @@ def test_foreign_deep_clean_recovers_lost_items(db: redis.Redis) -> None:
     assert foreign_deep_clean(db, P) == []  # leased now
 
 
-def test_no_deep_clean_brings_back_a_released_dead_letter(db: redis.Redis) -> None:
+def test_no_deep_clean_brings_back_a_released_dead_letter(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     queue = make(2)
     for item_id in ("a", "b"):
         queue.add_item(db, Item(b"d", id=item_id))
@@ -403,7 +447,9 @@ def test_no_deep_clean_brings_back_a_released_dead_letter(db: redis.Redis) -> No
     assert queue.queue_len(db) == 0
 
 
-def test_no_deep_clean_brings_back_an_expired_dead_letter(bytes_db: redis.Redis) -> None:
+def test_no_deep_clean_brings_back_an_expired_dead_letter(
+    make: Callable[..., WorkQueue], bytes_db: redis.Redis
+) -> None:
     db = bytes_db
     queue = make(1)
     for item_id in ("a", "b", "c"):
@@ -424,7 +470,9 @@ def test_no_deep_clean_brings_back_an_expired_dead_letter(bytes_db: redis.Redis)
     assert sorted(d.id for d in queue.dead_letters(db)) == ["a", "b"]
 
 
-def test_light_clean_burial_then_foreign_deep_clean(bytes_db: redis.Redis) -> None:
+def test_light_clean_burial_then_foreign_deep_clean(
+    make: Callable[..., WorkQueue], bytes_db: redis.Redis
+) -> None:
     db = bytes_db
     queue = make(1)
     queue.add_item(db, Item(b"d", id="a"))
@@ -437,7 +485,9 @@ def test_light_clean_burial_then_foreign_deep_clean(bytes_db: redis.Redis) -> No
     assert queue.dead_count(db) == 1
 
 
-def test_dead_letter_keys_are_not_item_keys(db: redis.Redis) -> None:
+def test_dead_letter_keys_are_not_item_keys(
+    make: Callable[..., WorkQueue], db: redis.Redis
+) -> None:
     """Whatever the store's layout, no key of it matches ``<prefix>:item:*`` or a lease."""
     queue = make(1)
     bury_all(db, queue, ["a", "b"])
@@ -447,7 +497,9 @@ def test_dead_letter_keys_are_not_item_keys(db: redis.Redis) -> None:
     assert not any(k in {f"{P}:queue", f"{P}:processing"} for k in remaining)
 
 
-def test_burial_is_atomic_under_a_concurrent_foreign_cleaner(real_db: redis.Redis) -> None:
+def test_burial_is_atomic_under_a_concurrent_foreign_cleaner(
+    make: Callable[..., WorkQueue], real_db: redis.Redis
+) -> None:
     """A foreign deep clean racing releases and light cleans never resurrects a dead letter."""
     db = real_db
     queue = make(2)

@@ -730,3 +730,45 @@ def test_a_grouped_item_given_back_is_next_in_its_group(db: redis.Redis, queue: 
     done, found = complete_and_lease_from(db, queue, again, [queue], LEASE_SECS)
     assert done and found is not None and found[1].id() == "A1"
     assert _in_flight(db) == {"A": 1}
+
+
+def test_a_late_completion_far_into_the_processing_list_counts_out_once(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    # 70 items leased before the grouped one and 70 after: its entry is more than 64 from either
+    # end of the processing list when its completion comes, after its lease ran out.
+    _add(db, queue, None, 70, "old")
+    assert len(queue.lease_many(db, LEASE_SECS, 70, block=False)) == 70
+    _add(db, queue, "A", 1)
+    item = queue.lease(db, LEASE_SECS, block=False)
+    assert item is not None and item.id() == "A0"
+    _add(db, queue, None, 70, "new")
+    assert len(queue.lease_many(db, LEASE_SECS, 70, block=False)) == 70
+    assert _in_flight(db) == {"A": 1}
+    db.delete(GK.lease(item.id()))  # its lease ran out
+    assert queue.complete(db, item)
+    assert _in_flight(db) == {}
+    for _ in range(3):  # the light clean drops its entry and counts nothing out again
+        queue.light_clean(db)
+    assert _in_flight(db) == {}
+    assert db.hlen(GK.grouped) == 0
+    # Its group's next item is leased under the cap as usual.
+    queue.set_group_concurrency(db, 1)
+    _add(db, queue, "A", 1, "x")
+    nxt = queue.lease(db, LEASE_SECS, block=False)
+    assert nxt is not None and nxt.id() == "Ax0"
+    assert _in_flight(db) == {"A": 1}
+
+
+def test_an_item_added_again_while_in_flight_is_counted_out_once(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    _add(db, queue, "A", 1)
+    item = queue.lease(db, LEASE_SECS, block=False)
+    assert item is not None and _in_flight(db) == {"A": 1}
+    # Added again without the existence check (its data replaced, queued again in its group).
+    assert queue.add_items(db, [Item(b"new", id="A0")], unique=True, group="A") == [True]
+    assert queue.complete(db, item)
+    assert _in_flight(db) == {}
+    assert queue.lease(db, LEASE_SECS, block=False) is None  # the copy queued went with it
+    assert _in_flight(db) == {}

@@ -31,12 +31,16 @@ DONE = "test:gp:done"
 
 pytestmark = pytest.mark.slow
 
-#: Per group, how many items hold a live lease now (one atomic look at the processing list).
+#: Per group, how many items hold a live lease now (one atomic look at the processing list; the
+#: group of an item in flight is marked with a leading byte 0xFF in P:grouped).
 LIVE = """
 local counts = {}
 for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
   if redis.call('EXISTS', ARGV[1] .. id) == 1 then
     local g = redis.call('HGET', KEYS[2], id)
+    if g and string.byte(g, 1) == 255 then
+      g = string.sub(g, 2)
+    end
     if g then
       counts[g] = (counts[g] or 0) + 1
     end

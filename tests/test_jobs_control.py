@@ -16,7 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from checks import LEASE_SECS, PREFIX, OomCheck, State, WriteCheck, oom_test, write_check_test
-from helpers import dump_state
+from helpers import dump_state, keys_of
 from redis_work_queue import (
     Cancelled,
     InvalidArgumentError,
@@ -31,6 +31,14 @@ from redis_work_queue.results import QueueCounts
 from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("jc")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_a_signalled_lease_lapses_and_the_item_is_never_delivered_again",
+    "test_promote_a_delayed_item",
+    "test_promote_drops_a_leftover_entry",
+    "test_reschedule_a_queued_item",
+}
 QUEUE_OPTIONS = {"max_deliveries": 2}
 KEYS = QueueKeys(QUEUE)
 
@@ -62,7 +70,7 @@ def test_cancel_a_queued_item(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.cancel(db, "a") == Cancelled.REMOVED
     assert queue.state(db, "a") == ItemState("a", "gone")
     assert queue.queue_len(db) == 1  # its id is gone from the queue too
-    assert db.exists(KEYS.item("a")) == 0
+    assert db.exists(keys_of(queue, "a").item("a")) == 0
     assert [lease(db, queue).id()] == ["b"]
     assert queue.lease(db, 30, block=False) is None
     assert queue.counts(db).cancelled == 1
@@ -71,7 +79,10 @@ def test_cancel_a_queued_item(db: redis.Redis, queue: WorkQueue) -> None:
 def test_cancel_a_delayed_item(db: redis.Redis, queue: WorkQueue) -> None:
     queue.add_item(db, Item(b"d", id="d"), delay=0.2)
     assert queue.cancel(db, "d") == Cancelled.REMOVED
-    assert db.zcard(KEYS.delayed) == 0 and db.exists(KEYS.lease("d"), KEYS.item("d")) == 0
+    assert (
+        db.zcard(KEYS.delayed) == 0
+        and db.exists(keys_of(queue, "d").lease("d"), keys_of(queue, "d").item("d")) == 0
+    )
     time.sleep(0.3)
     assert queue.lease(db, 30, block=False) is None
 
@@ -97,7 +108,7 @@ def test_a_signalled_lease_lapses_and_the_item_is_never_delivered_again(
     queue.add_item(db, Item(b"l", id="l"))
     item = lease(db, queue, secs=0.2)
     assert queue.cancel(db, "l") == Cancelled.SIGNALLED
-    assert db.pttl(KEYS.lease("l")) <= 200  # the mark keeps the lease's time to live
+    assert db.pttl(keys_of(queue, "l").lease("l")) <= 200  # the mark keeps the lease's time to live
     time.sleep(0.3)
     queue.light_clean(db)
     assert queue.lease(db, 30, block=False) is None
@@ -131,7 +142,7 @@ def test_an_id_deep_in_a_long_queue_is_left_for_the_lease_to_drop(db: redis.Redi
 def test_cancel_an_expired_item(db: redis.Redis, queue: WorkQueue) -> None:
     queue.add_item(db, Item(b"e", id="e"))
     item = lease(db, queue)
-    db.delete(KEYS.lease("e"))
+    db.delete(keys_of(queue, "e").lease("e"))
     assert queue.state(db, "e").state == "expired"
     assert queue.cancel(db, "e") == Cancelled.REMOVED
     queue.light_clean(db)
@@ -158,7 +169,7 @@ def test_promote_a_delayed_item(db: redis.Redis, queue: WorkQueue) -> None:
     queue.add_item(db, Item(b"d", id="d"), delay=60)
     assert queue.promote(db, "d") is True
     assert queue.state(db, "d") == ItemState("d", "queued")
-    assert db.exists(KEYS.lease("d")) == 0 and db.zcard(KEYS.delayed) == 0
+    assert db.exists(keys_of(queue, "d").lease("d")) == 0 and db.zcard(KEYS.delayed) == 0
     assert lease(db, queue).id() == "d"  # next to be leased
     before = dump_state(db)
     for other in ("a", "d", "never"):  # queued, leased, gone
@@ -207,7 +218,9 @@ def test_reschedule_a_delayed_item_earlier_and_later(db: redis.Redis, queue: Wor
     assert queue.reschedule(db, "d", due) is True
     found = queue.state(db, "d").due_at
     assert found is not None and abs(found - due.timestamp()) < 0.01
-    assert db.pttl(KEYS.lease("d")) > 3_500_000  # the delay lease follows the due time
+    assert (
+        db.pttl(keys_of(queue, "d").lease("d")) > 3_500_000
+    )  # the delay lease follows the due time
     assert queue.reschedule(db, "d", 0) is True
     assert lease(db, queue).id() == "d"
 
@@ -216,7 +229,7 @@ def test_reschedule_refuses_leased_expired_dead_and_gone(db: redis.Redis, queue:
     queue.add_items(db, [Item(b"l", id="l"), Item(b"e", id="e")])
     lease(db, queue)
     lease(db, queue)
-    db.delete(KEYS.lease("e"))  # expired, on the processing list
+    db.delete(keys_of(queue, "e").lease("e"))  # expired, on the processing list
     before = dump_state(db)
     for item_id in ("l", "e", "never"):
         assert queue.reschedule(db, item_id, 10) is False, item_id

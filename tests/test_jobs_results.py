@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 import jobs_handlers
 from checks import PREFIX, OomCheck, State, WriteCheck, oom_test, write_check_test
-from helpers import dump_state
+from helpers import dump_state, keys_of
 from redis_work_queue import (
     AsyncWorker,
     AsyncWorkQueue,
@@ -37,6 +37,12 @@ from servers import Proc
 from test_runner import KINDS, QUICK
 
 QUEUE = KeyPrefix("jr")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_result_wakes_as_the_item_dies",
+    "test_str_and_no_result",
+}
 QUEUE_OPTIONS = {"keep_results": 60, "max_deliveries": 1}
 KEYS = QueueKeys(QUEUE)
 
@@ -57,8 +63,8 @@ def test_a_completed_item_keeps_its_result(db: redis.Redis, queue: WorkQueue) ->
     found = queue.state(db, "a")
     assert (found.state, found.result) == ("completed", b"\x00answer\xff")
     assert queue.result(db, "a", timeout=0) == b"\x00answer\xff"
-    assert 59_000 < db.pttl(KEYS.result("a")) <= 60_000
-    assert db.exists(KEYS.item("a"), KEYS.lease("a")) == 0
+    assert 59_000 < db.pttl(keys_of(queue, "a").result("a")) <= 60_000
+    assert db.exists(keys_of(queue, "a").item("a"), keys_of(queue, "a").lease("a")) == 0
     assert queue.complete(db, item, result=b"again") is False  # nothing kept
     assert queue.result(db, "a", timeout=0) == b"\x00answer\xff"
 
@@ -87,7 +93,10 @@ def test_result_waits_for_the_completion(db: redis.Redis, queue: WorkQueue) -> N
         waiter.join(timeout=10)
     assert got == [b"r", b"r"]
     assert time.monotonic() - begun < 1.0  # woken by the completion, not by a poll
-    assert db.lrange(KEYS.result("w"), 0, -1) in ([b"cr"], ["cr"])  # the wait kept the entry
+    assert db.lrange(keys_of(queue, "w").result("w"), 0, -1) in (
+        [b"cr"],
+        ["cr"],
+    )  # the wait kept the entry
 
 
 def test_result_of_a_dead_item_raises(db: redis.Redis, queue: WorkQueue) -> None:
@@ -129,12 +138,12 @@ def test_result_wakes_as_the_item_dies(
     assert time.monotonic() - begun < 2  # woken by the deaths, not at the end of a slice
     assert [(e.item_id, e.reason) for e in outcomes["r"]] == [("r", "broken")] * 2
     assert [(e.item_id, e.reason) for e in outcomes["x"]] == [("x", "lease expired")]
-    assert db.lrange(KEYS.result("r"), 0, -1) in ([b"dbroken"], ["dbroken"])
-    assert 0 < db.pttl(KEYS.result("r")) <= 60_000
+    assert db.lrange(keys_of(queue, "r").result("r"), 0, -1) in ([b"dbroken"], ["dbroken"])
+    assert 0 < db.pttl(keys_of(queue, "r").result("r")) <= 60_000
     assert queue.state(db, "r").state == "dead"
     # A retry drops the record: a wait waits for the new try.
     assert queue.retry(db, "r") is True
-    assert db.exists(KEYS.result("r")) == 0
+    assert db.exists(keys_of(queue, "r").result("r")) == 0
     with pytest.raises(ResultTimeoutError, match="queued"):
         queue.result(db, "r", timeout=0.2)
     assert queue.complete(db, lease(db, queue), result=b"fixed") is True
@@ -170,7 +179,7 @@ def test_an_id_added_again_after_its_death_is_waited_for(db: redis.Redis, queue:
     dead letter still there): the wait reads the state until its timeout."""
     queue.add_item(db, Item(b"1", id="again"))
     queue.release(db, lease(db, queue), reason="first try")
-    assert db.lindex(KEYS.result("again"), 0) in (b"dfirst try", "dfirst try")
+    assert db.lindex(keys_of(queue, "again").result("again"), 0) in (b"dfirst try", "dfirst try")
     assert queue.add_item(db, Item(b"2", id="again"))
     assert queue.state(db, "again").state == "queued"
     begun = time.monotonic()
@@ -240,13 +249,15 @@ def test_progress_is_kept_while_the_lease_lasts(db: redis.Redis, queue: WorkQueu
     assert queue.report_progress(db, item, {"done": 3, "of": 10}) is True
     assert queue.state(db, "a").progress == {"done": 3, "of": 10}
     pipe = db.pipeline(transaction=True)
-    progress_left, lease_left = pipe.pttl(KEYS.progress("a")).pttl(KEYS.lease("a")).execute()
+    progress_left, lease_left = (
+        pipe.pttl(keys_of(queue, "a").progress("a")).pttl(keys_of(queue, "a").lease("a")).execute()
+    )
     assert 0 < progress_left <= lease_left + 5  # set to the lease's time left: they lapse together
-    assert 0 < db.pttl(KEYS.lease("a")) <= 500  # reporting renews nothing
+    assert 0 < db.pttl(keys_of(queue, "a").lease("a")) <= 500  # reporting renews nothing
     assert queue.report_progress(db, item, 0.75) is True
     assert queue.state(db, "a").progress == 0.75
     time.sleep(0.6)
-    assert db.exists(KEYS.progress("a")) == 0  # it lapsed with the lease
+    assert db.exists(keys_of(queue, "a").progress("a")) == 0  # it lapsed with the lease
     assert queue.report_progress(db, item, 1) is False
 
 

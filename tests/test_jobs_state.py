@@ -11,12 +11,18 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from helpers import dump_state
+from helpers import dump_state, keys_of
 from redis_work_queue import InvalidArgumentError, Item, ItemState, KeyPrefix, WorkQueue
 from redis_work_queue.keyprefix import QueueKeys
 from test_cli_ops import rwq
 
 QUEUE = KeyPrefix("st")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_delayed_item_leased_early_and_a_lapsed_delay_lease",
+    "test_states_of_many_in_order",
+}
 QUEUE_OPTIONS = {"max_deliveries": 2}
 KEYS = QueueKeys(QUEUE)
 
@@ -47,7 +53,7 @@ def test_each_state(db: redis.Redis, queue: WorkQueue) -> None:
     assert queue.state(db, "a") == ItemState("a", "queued", deliveries=1, reason="first")
 
     a = lease(db, queue)
-    db.delete(KEYS.lease("a"))  # its lease ran out; no clean has run
+    db.delete(keys_of(queue, "a").lease("a"))  # its lease ran out; no clean has run
     assert queue.state(db, "a") == ItemState("a", "expired", deliveries=2, reason="first")
     report = queue.light_clean(db)
     assert report.dead == 1  # its last delivery: buried
@@ -73,25 +79,27 @@ def test_delayed_item_leased_early_and_a_lapsed_delay_lease(
     db: redis.Redis, queue: WorkQueue
 ) -> None:
     queue.add_item(db, Item(b"d", id="d"), delay=60)
-    db.delete(KEYS.lease("d"))  # the delay lease lapsed; the entry waits for a promotion
+    db.delete(
+        keys_of(queue, "d").lease("d")
+    )  # the delay lease lapsed; the entry waits for a promotion
     assert queue.state(db, "d").state == "delayed"
     db.zrem(KEYS.delayed, "d")
-    db.set(KEYS.lease("d"), "delayed")  # a delay lease that outlived its entry
+    db.set(keys_of(queue, "d").lease("d"), "delayed")  # a delay lease that outlived its entry
     assert queue.state(db, "d").state == "queued"
 
 
 def test_an_item_held_by_a_deep_clean_reads_as_queued(db: redis.Redis, queue: WorkQueue) -> None:
-    db.set(KEYS.item("h"), b"lost")
-    db.set(KEYS.lease("h"), "deep-clean:run", px=30_000)
+    db.set(keys_of(queue, "h").item("h"), b"lost")
+    db.set(keys_of(queue, "h").lease("h"), "deep-clean:run", px=30_000)
     assert queue.state(db, "h") == ItemState("h", "queued")
 
 
 def test_reference_client_lease(db: redis.Redis, queue: WorkQueue) -> None:
     """An item leased by a client of the reference design (its own lease value, no delivery
     count) reads as leased while its lease lives."""
-    db.set(KEYS.item("r"), b"ref")
+    db.set(keys_of(queue, "r").item("r"), b"ref")
     db.lpush(KEYS.processing, "r")
-    db.set(KEYS.lease("r"), "session-of-another-client", ex=30)
+    db.set(keys_of(queue, "r").lease("r"), "session-of-another-client", ex=30)
     found = queue.state(db, "r")
     assert (found.state, found.deliveries, found.leased_at) == ("leased", 0, None)
     assert found.lease_left is not None and found.lease_left > 25
@@ -121,8 +129,8 @@ def test_bad_ids_are_refused_before_any_call(
 
 
 def test_wrong_type_is_an_error(db: redis.Redis, queue: WorkQueue) -> None:
-    db.set(KEYS.item("w"), b"w")
-    db.hset(KEYS.lease("w"), "x", "y")
+    db.set(keys_of(queue, "w").item("w"), b"w")
+    db.hset(keys_of(queue, "w").lease("w"), "x", "y")
     with pytest.raises(Exception, match="WRONGTYPE"):
         queue.state(db, "w")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import b, dump_state, get, keys_left, lrange, wait_for
+from helpers import b, blocked_clients, dump_state, get, keys_left, lrange, wait_for
 from plugins.backends import Backend
 from redis_work_queue import Item, KeyPrefix, WorkQueue, transport
 from redis_work_queue.calls import Command
@@ -183,7 +183,7 @@ def test_blocking_lease_waits_for_an_item_pushed_later(
     thread.start()
     try:
         wait_for(
-            lambda: int(watcher.info("clients")["blocked_clients"]) >= 1,
+            lambda: blocked_clients(watcher) >= 1,
             timeout=10,
             what="the worker to block in BRPOPLPUSH",
         )
@@ -213,7 +213,7 @@ def test_blocking_lease_without_timeout(real_backend: Backend, queue: WorkQueue)
     thread.start()
     try:
         wait_for(
-            lambda: int(db.info("clients")["blocked_clients"]) >= 1,
+            lambda: blocked_clients(db) >= 1,
             timeout=10,
             what="the worker to block",
         )

@@ -16,6 +16,19 @@ from redis_work_queue.ops.cleaning import CLEAN_FIRST
 from servers import Proc
 
 QUEUE = KeyPrefix("lc")
+QUEUE_SHARDS = (1, 4)
+#: Tests that read this queue's keys or its order across all items: unsharded only.
+SHARDS_SKIP = {
+    "test_expired_lease_is_requeued_and_leased_again",
+    "test_forgets_bookkeeping_left_by_a_foreign_complete",
+    "test_forgetting_is_bounded_per_pass",
+    "test_ids_of_completed_items_are_dropped",
+    "test_light_clean_of_100k_is_split_into_bounded_calls",
+    "test_live_lease_is_never_requeued",
+    "test_mixed_processing_list",
+    "test_more_than_one_chunk",
+    "test_requeued_items_go_to_the_end_of_the_queue",
+}
 
 
 def test_empty(db: redis.Redis, queue: WorkQueue) -> None:

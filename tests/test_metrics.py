@@ -54,10 +54,17 @@ def expected_values(db: redis.Redis, queues: dict[str, WorkQueue]) -> dict[tuple
         (f"rwq_{gauge}", name): value
         for name, q in queues.items()
         for gauge, value in asdict(q.stats(db)).items()
-        # The rate limit and the cap are gauges of their own or none; groups are per name, and
+        # The rate limits and the cap are gauges of their own or none; groups are per name, and
         # the number of groups waiting is no count of items.
         if gauge
-        not in ("rate_limit", "group_concurrency", "groups", "top_groups", "groups_waiting")
+        not in (
+            "rate_limit",
+            "group_concurrency",
+            "group_rate_limit",
+            "groups",
+            "top_groups",
+            "groups_waiting",
+        )
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+from plugins.queues import CLUSTER_SHARDS
 from redis_work_queue import AsyncWorkQueue, Item, KeyPrefix, WorkQueue
 from redis_work_queue.ops.sharded import SHARD_WAIT_SLICE, key_slot, shard_index, shard_prefix
 from servers import Cluster, in_sync, info, poll
@@ -72,6 +73,36 @@ def test_shards_spread_over_the_primaries(cluster: Cluster, cluster_db: RedisClu
     assert q.add_items(cluster_db, items(600)) == [False] * 600
 
 
+#: The queues of the suites that run on the cluster too (``QUEUE_SHARDS``, plugins/queues.py).
+SUITE_QUEUES = (
+    *("add", "lease", "done", "delayed", "ttl", "tally", "insp", "st", "jc", "jr"),
+    *("tok", "ctx", "lc", "dc", "dl", "hi", "lo"),
+)
+
+
+def test_the_suites_queues_span_at_least_two_primaries(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """The suites' sharded runs on the cluster (plugins/queues.py) have their shards on at
+    least two primaries, so each of their calls that covers every shard crosses nodes; the
+    ``queue`` fixture checks its own queue the same way for every such test."""
+    for name in SUITE_QUEUES:
+        q = WorkQueue(KeyPrefix(name), shards=CLUSTER_SHARDS)
+        q.add_items(cluster_db, [Item(b"", id=f"{name}{i}") for i in range(40)])
+        holding = {
+            node.port
+            for node in cluster.primaries()
+            if any(True for _ in node.admin().scan_iter(f"{{{name}:*}}:item:*"))
+        }
+        assert holding == spread_over(cluster, q), name
+        assert len(holding) >= 2, (name, holding)
+
+
+def spread_over(cluster: Cluster, q: WorkQueue) -> set[int]:
+    """The ports of the primaries that own the shards of ``q``."""
+    return {cluster.primary_for(shard.keys.queue).port for shard in q.ops.shard_ops}
+
+
 def test_whole_api_on_the_cluster(cluster_db: RedisCluster) -> None:
     q = sharded(max_deliveries=1)
     q.add_items(cluster_db, items(30))
@@ -99,6 +130,27 @@ def test_whole_api_on_the_cluster(cluster_db: RedisCluster) -> None:
     assert q.light_clean(cluster_db).examined >= 0
     assert q.deep_clean(cluster_db).examined == 5
     assert q.flush(cluster_db).items == 5
+
+
+def test_pipelined_calls_go_to_their_node_without_asking_for_keys(
+    cluster: Cluster, cluster_db: RedisCluster
+) -> None:
+    """A sharded batch add and the cleans send their script calls as one pipeline per node,
+    each routed by the library: redis-py's cluster pipeline sends no COMMAND GETKEYS (a round
+    trip carrying the script's source, before the pipeline) for any of them."""
+    q = sharded()
+    q.add_items(cluster_db, items(60))
+    reset_stats(cluster)
+    q.add_items(cluster_db, items(60, "j"))
+    q.lease_many(cluster_db, 30, 20, block=False)
+    q.light_clean(cluster_db)
+    q.deep_clean(cluster_db)
+    calls: Counter[str] = Counter()
+    for node in cluster.primaries():
+        for name, row in node.admin().info("commandstats").items():
+            calls[name] += int(row["calls"])
+    assert calls["cmdstat_eval"] + calls["cmdstat_fcall"] >= SHARDS, calls
+    assert calls["cmdstat_command|getkeys"] == 0, calls
 
 
 def test_asyncio_twin_on_the_cluster(cluster: Cluster) -> None:

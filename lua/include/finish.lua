@@ -13,8 +13,9 @@
 -- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
 -- design's cleaners do), so completing one item never scans the whole list. A batch removes an
 -- entry per id (LREM), or, when its ids are the list's oldest entries (a batch completed as it
--- was leased), those entries at once (LTRIM). A grouped item that was in flight (leased, or on
--- the processing list, or cancelled while leased) leaves its group's count, once.
+-- was leased), those entries at once (LTRIM). A grouped item that was in flight (marked so in
+-- P:grouped: leased, its lease run out and not requeued yet wherever its entry is on the
+-- processing list, or cancelled while leased) leaves its group's count, once.
 
 -- How far from either end of the processing list an id is looked for. (As a string: the server
 -- formats a number argument with printf on every call.)
@@ -78,7 +79,8 @@ local function finish(q, ids, checked)
   local sets = #delayed > 0 and {q.delayed} or {}
   local hashes = checked and {q.counts, q.grouped} or {q.deliveries, q.reasons, q.counts, q.grouped}
   check_types('string', items, 'hash', hashes, 'zset', sets)
-  local groups, some = groups_of(q, ids), false
+  local groups, flying = groups_of(q, ids)
+  local some = false
   for j = 1, #ids do
     some = some or groups[j]
   end
@@ -96,19 +98,16 @@ local function finish(q, ids, checked)
       doomed[#doomed + 1] = key
     end
   end
-  -- removed: whether an entry of the id left the processing list (it was in flight).
-  local removed = {}
   if trim then
     -- The batch's entries, the oldest #ids, at once.
     redis.call('LTRIM', q.processing, '0', -(#ids + 1))
-  end
-  for j, id in ipairs(ids) do
-    if trim then
-      removed[j] = true
-    elseif near[j] then
-      removed[j] = redis.call('LREM', q.processing, '-1', id) > 0
-    elseif #ids > 1 or redis.call('LPOS', q.processing, id, 'MAXLEN', NEAR) then
-      removed[j] = redis.call('LREM', q.processing, '1', id) > 0
+  else
+    for j, id in ipairs(ids) do
+      if near[j] then
+        redis.call('LREM', q.processing, '-1', id)
+      elseif #ids > 1 or redis.call('LPOS', q.processing, id, 'MAXLEN', NEAR) then
+        redis.call('LREM', q.processing, '1', id)
+      end
     end
   end
   if #delayed > 0 then
@@ -134,7 +133,7 @@ local function finish(q, ids, checked)
     local g = groups[j]
     if g then
       grouped[#grouped + 1] = id
-      if removed[j] or (held[j] and held[j] ~= DELAY_TOKEN) then
+      if flying[j] then
         group_done(q, g)
       end
     end

@@ -361,6 +361,16 @@ class AsyncWorkQueue(QueueBase):
         """See :meth:`WorkQueue.set_group_concurrency`."""
         await arun(db, flow_ops.set_group_concurrency(self.ops, limit))
 
+    async def set_group_rate_limit(
+        self, db: AsyncClient, group: str, limit: RateLimit | None
+    ) -> bool:
+        """See :meth:`WorkQueue.set_group_rate_limit`."""
+        return await arun(db, flow_ops.set_group_rate_limit(self.ops, group, limit))
+
+    async def set_default_group_rate_limit(self, db: AsyncClient, limit: RateLimit | None) -> None:
+        """See :meth:`WorkQueue.set_default_group_rate_limit`."""
+        await arun(db, flow_ops.set_default_group_rate_limit(self.ops, limit))
+
     async def pause_group(self, db: AsyncClient, group: str) -> bool:
         """See :meth:`WorkQueue.pause_group`."""
         return await arun(db, flow_ops.pause_group(self.ops, group))

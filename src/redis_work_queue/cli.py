@@ -1323,6 +1323,7 @@ GROUPS_TOP = 20
 GROUPS_TOP_MAX = 1000
 _GROUPS_USAGE = (
     "rwq groups [options] QUEUE | pause QUEUE GROUP | resume QUEUE GROUP | concurrency QUEUE N|off"
+    " | rate QUEUE GROUP COUNT PER_SECS [BURST]|off | rate-default QUEUE COUNT PER_SECS [BURST]|off"
 )
 
 
@@ -1336,7 +1337,9 @@ def _groups_command(command: Callable[..., argparse.ArgumentParser]) -> None:
         "with its items waiting and in flight and whether it is paused, and how many groups "
         "have items waiting. 'pause QUEUE GROUP' stops handing out a group's items, 'resume "
         "QUEUE GROUP' lets them go again, 'concurrency QUEUE N' caps the items of one group "
-        "in flight across the fleet ('off' removes the cap).",
+        "in flight across the fleet ('off' removes the cap); 'rate QUEUE GROUP COUNT PER_SECS "
+        "[BURST]' sets a group's own rate limit, 'rate-default QUEUE COUNT PER_SECS [BURST]' "
+        "that of every group ('off' removes either).",
     )
     p.add_argument("words", nargs="+", metavar="ARG", help="QUEUE, or ACTION QUEUE VALUE")
     p.add_argument(
@@ -1357,6 +1360,8 @@ def _shown(name: str) -> str:
 def _groups(args: argparse.Namespace, db: Any) -> int:
     """``rwq groups``: list a queue's top groups, or pause, resume or cap them."""
     words = list(args.words)
+    if words[0] in ("rate", "rate-default") and len(words) > 1:
+        return _group_rate(args, db, words)
     if words[0] in ("pause", "resume", "concurrency") and len(words) > 1:
         if len(words) != 3:
             what = "N|off" if words[0] == "concurrency" else "GROUP"
@@ -1437,6 +1442,54 @@ def _group_concurrency(
         _json_out({"queue": name, "group_concurrency": found})
     else:
         print(f"{name}: group concurrency {'none' if found is None else found}")
+    return EXIT_OK
+
+
+def _group_rate(args: argparse.Namespace, db: Any, words: list[str]) -> int:
+    """``rwq groups rate`` and ``rwq groups rate-default``: set or remove a group's rate limit.
+
+    ``rate QUEUE GROUP COUNT PER_SECS [BURST]|off`` sets a group's own limit, ``rate-default
+    QUEUE COUNT PER_SECS [BURST]|off`` that of every group; the limit in force is printed.
+    """
+    every = words[0] == "rate-default"
+    head = 2 if every else 3
+    values = words[head:]
+    usage = (
+        f"usage: rwq groups {words[0]} QUEUE{'' if every else ' GROUP'} COUNT PER_SECS [BURST]|off"
+    )
+    if len(words) < head + 1 or (values != ["off"] and len(values) not in (2, 3)):
+        raise Failure(EXIT_USAGE, usage)
+    name = words[1]
+    group = None if every else words[2]
+    queue = _queue(args, name)
+    limit = None
+    if values != ["off"]:
+        try:
+            count, per_secs = float(values[0]), float(values[1])
+            burst = int(values[2]) if len(values) == 3 else 1
+        except ValueError as err:
+            raise Failure(
+                EXIT_USAGE, f"COUNT and PER_SECS are numbers, BURST an int ({usage})"
+            ) from err
+        limit = RateLimit(int(count) if count.is_integer() else count, per_secs, burst=burst)
+    if group is None:
+        queue.set_default_group_rate_limit(db, limit)
+        found = queue.stats(db).group_rate_limit
+    else:
+        queue.set_group_rate_limit(db, group, limit)
+        found = queue.stats(db, groups=[group]).groups[group].rate_limit
+    if args.json:
+        shown = None if found is None else asdict(found)
+        key = (
+            {"group_rate_limit": shown} if group is None else {"group": group, "rate_limit": shown}
+        )
+        _json_out({"queue": name, **key})
+        return EXIT_OK
+    who = f"{name}: every group" if group is None else f"{name} {_shown(group)}"
+    if found is None:
+        print(f"{who}: no rate limit")
+    else:
+        print(f"{who}: {found.count:g} per {found.per_secs:g} s, burst {found.burst}")
     return EXIT_OK
 
 

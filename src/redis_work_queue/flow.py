@@ -107,6 +107,26 @@ def parse_rate(reply: list[bytes | str | bool | None]) -> RateLimit | None:
         return None
 
 
+def rate_spec(limit: RateLimit | None) -> str:
+    """A group rate limit as ``lua/include/group.lua`` keeps it: ``'count per_ms burst'``.
+
+    None (no limit) is ``'0'``.
+    """
+    if limit is None:
+        return "0"
+    return f"{limit.count!r} {limit.per_ms!r} {limit.burst}"
+
+
+def parse_rate_spec(raw: bytes | str | bool | None) -> RateLimit | None:
+    """A group rate limit kept as :func:`rate_spec` makes it; None for none."""
+    if not raw or not isinstance(raw, bytes | str):
+        return None
+    parts = (raw.decode() if isinstance(raw, bytes) else raw).split()
+    if len(parts) != 3:
+        return None
+    return parse_rate(list(parts))
+
+
 #: The longest group name, in bytes of UTF-8.
 MAX_GROUP_BYTES = 256
 
@@ -192,8 +212,14 @@ class GroupStats:
         ready: Its items waiting to be leased (its delayed items are not among them).
         in_flight: Its items leased and not yet completed, released or requeued by a clean.
         paused: Whether it is paused (``pause_group``).
+        rate_limit: The rate limit in force for it: its own (``set_group_rate_limit``), else
+            that of every group (``group_rate_limit``), or None.
+        rate_limited: Whether it is waiting out its rate limit: off the ring of turns until
+            its pacing clock lets it hand out its next item.
     """
 
     ready: int
     in_flight: int
     paused: bool
+    rate_limit: RateLimit | None = None
+    rate_limited: bool = False

@@ -173,6 +173,7 @@ class QueueKeys:
     groups: str
     groups_state: str
     groups_backlog: str
+    groups_paced: str
     grouped: str
     group_prefix: str
     removals: str

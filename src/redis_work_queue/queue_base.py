@@ -62,6 +62,11 @@ class QueueBase:
             ever set on the queue;
             ``set_group_concurrency`` changes it at run time. None (the default) declares none.
             Not with ``shards``.
+        group_rate_limit: Lease at most so many items of each group per window across every
+            worker (:class:`RateLimit`, one pacing clock per group, kept in Redis), for every
+            group without a limit of its own (``set_group_rate_limit``). Declared as
+            ``group_concurrency`` is; ``set_default_group_rate_limit`` changes it at run time.
+            None (the default) declares none. Not with ``shards``.
 
     Raises:
         InvalidArgumentError: An argument is out of range, or the name holds a segment that
@@ -82,6 +87,7 @@ class QueueBase:
         events: bool = False,
         events_maxlen: int = EVENTS_MAXLEN,
         group_concurrency: int | None = None,
+        group_rate_limit: RateLimit | None = None,
     ) -> None:
         if not isinstance(name, KeyPrefix):
             raise InvalidArgumentTypeError(
@@ -117,7 +123,8 @@ class QueueBase:
             )
         self.ops.rate_limit = check_rate_limit(rate_limit)
         self.ops.group_concurrency = check_group_concurrency(group_concurrency)
-        if group_concurrency is not None:
+        self.ops.group_rate_limit = check_rate_limit(group_rate_limit, "group_rate_limit")
+        if group_concurrency is not None or group_rate_limit is not None:
             self.ops.group_keys()  # refused on a sharded queue
         #: A random id of this queue object, as the reference client keeps one (its lease
         #: value); the library's leases carry a fresh token each instead.
@@ -174,6 +181,11 @@ class QueueBase:
     def group_concurrency(self) -> int | None:
         """The group concurrency this queue object declares (the one in force: ``stats()``)."""
         return self.ops.group_concurrency
+
+    @property
+    def group_rate_limit(self) -> RateLimit | None:
+        """The rate limit of every group this queue object declares (in force: ``stats()``)."""
+        return self.ops.group_rate_limit
 
     @property
     def rate_limit(self) -> RateLimit | None:

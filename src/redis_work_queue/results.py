@@ -34,6 +34,8 @@ class QueueStats:
             among them).
         top_groups: With ``stats(top_groups=N)``, the counts of the N groups with the most
             items waiting, by name, most first (ties in reverse order of name).
+        group_rate_limit: The rate limit of every group, as kept in Redis (see
+            ``set_default_group_rate_limit``), or None.
     """
 
     queued: int
@@ -47,6 +49,7 @@ class QueueStats:
     groups: dict[str, GroupStats] = field(default_factory=dict)
     groups_waiting: int = 0
     top_groups: dict[str, GroupStats] = field(default_factory=dict)
+    group_rate_limit: RateLimit | None = None
 
 
 #: A record's ``size`` when it is not given: the length of its ``data``.

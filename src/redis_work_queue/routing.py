@@ -148,6 +148,17 @@ class ClusterSender(Sender):
         """The call's keys (declared, and those it names from them) share one slot."""
         slot_of((*call.keys, *call.slot_keys))
 
+    def route(self, db: Any, call: ScriptCall) -> dict[str, Any]:
+        """Send a pipelined call to the node of its slot, named here.
+
+        Else redis-py's cluster pipeline asks a server for the keys of each script call
+        (COMMAND GETKEYS, with the script's source): one round trip per call before the
+        pipeline is sent. A redirected call is sent again by redis-py, routed by its keys.
+        """
+        if not call.keys:
+            return {}
+        return {"target_nodes": db.get_node_from_key(call.keys[0])}
+
     def script(self, db: Any, call: ScriptCall) -> Any:
         """As :meth:`Sender.script`, its keys checked for one slot first, routed by slot."""
         slot_of((*call.keys, *call.slot_keys))

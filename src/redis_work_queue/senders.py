@@ -295,12 +295,16 @@ class Sender:
     def check(self, db: Any, call: ScriptCall) -> None:
         """Check a call before it is sent (Redis Cluster: that its keys share a slot)."""
 
+    def route(self, db: Any, call: ScriptCall) -> dict[str, Any]:
+        """The options that send a call of a synchronous pipeline to its server (none here)."""
+        return {}
+
     def pipelined(self, db: Any, call: Pipelined) -> Any:
         """Independent scripts in one round trip (not a transaction); their replies."""
         pipe = db.pipeline(transaction=False)
         for each in call.calls:
             self.check(db, each)
-            queue_on(pipe, each)
+            queue_on(pipe, each, **self.route(db, each))
         try:
             return pipe.execute()
         except ResponseError as err:  # a wrong type: the library's error, as for one call
@@ -435,17 +439,22 @@ def raw_command(db: Any, *args: Arg, **options: Any) -> Any:
     return Sender.send(db, *args, **options)
 
 
-def queue_on(pipeline: Any, call: ScriptCall) -> None:
+def queue_on(pipeline: Any, call: ScriptCall, **options: Any) -> None:
     """Queue a script call on a pipeline (sync or asyncio); it is loaded before it runs.
 
-    A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL).
+    A cluster pipeline cannot load scripts ahead, so it gets the source (EVAL). ``options``
+    go with the command (``target_nodes`` on a cluster pipeline).
     """
     params = call.script.params(call.keys, call.args)
     if hasattr(pipeline, "scripts"):
         pipeline.scripts.add(call.script)
-        pipeline.execute_command("EVALSHA", call.script.sha, *params, **{NEVER_DECODE: True})
+        pipeline.execute_command(
+            "EVALSHA", call.script.sha, *params, **options, **{NEVER_DECODE: True}
+        )
     else:
-        pipeline.execute_command("EVAL", call.script.script, *params, **{NEVER_DECODE: True})
+        pipeline.execute_command(
+            "EVAL", call.script.script, *params, **options, **{NEVER_DECODE: True}
+        )
 
 
 # The exchange of a write that waits --------------------------------------------------------------

@@ -367,6 +367,7 @@ class Worker(Shell):
                     q.shards_before,
                     q.group_concurrency,
                     q.events_maxlen,
+                    q.group_rate_limit,
                 )
                 for q in self.queues
             ),

@@ -982,6 +982,51 @@ class WorkQueue(QueueBase):
         """
         run(db, flow_ops.set_group_concurrency(self.ops, limit))
 
+    def set_group_rate_limit(self, db: SyncClient, group: str, limit: RateLimit | None) -> bool:
+        """Set a group's own rate limit for every worker, or remove it (None).
+
+        The limit is kept in Redis (``<prefix>:groups:state``) and every lease of this library
+        keeps to it: a group that has handed out as many items as its limit allows waits off
+        the ring of groups (the others take their turns) until its pacing clock
+        (``<prefix>:groups:paced``) lets it hand out the next. It overrides the limit of every
+        group (``group_rate_limit``, :meth:`set_default_group_rate_limit`); removing it brings
+        that one back for the group. A group waiting out its old limit comes back to the ring
+        at once.
+
+        Args:
+            db: The Redis client.
+            group: The group's name.
+            limit: Its limit (a :class:`RateLimit`: at most ``burst + t * count / per_secs``
+                items of the group in any ``t`` seconds), or None for none of its own.
+
+        Returns:
+            True unless a removal found no limit of its own.
+
+        Raises:
+            InvalidArgumentError: ``group`` is not a valid group name, ``limit`` is not a
+                :class:`RateLimit` or None, or the queue is sharded.
+            WrongKeyTypeError: A key of the queue's groups holds the wrong Redis type.
+        """
+        return run(db, flow_ops.set_group_rate_limit(self.ops, group, limit))
+
+    def set_default_group_rate_limit(self, db: SyncClient, limit: RateLimit | None) -> None:
+        """Set the rate limit of every group without one of its own, or remove it (None).
+
+        Kept in Redis as :meth:`set_group_rate_limit`'s limits are; each group keeps to it on
+        its own clock. A group waiting out the old limit comes back when that one lets it.
+
+        Args:
+            db: The Redis client.
+            limit: The limit of each group, or None for none (a queue object's declared
+                ``group_rate_limit`` is not sent again).
+
+        Raises:
+            InvalidArgumentError: ``limit`` is not a :class:`RateLimit` or None, or the queue
+                is sharded.
+            WrongKeyTypeError: ``<prefix>:groups:state`` holds the wrong Redis type.
+        """
+        run(db, flow_ops.set_default_group_rate_limit(self.ops, limit))
+
     def pause_group(self, db: SyncClient, group: str) -> bool:
         """Pause a group: no lease hands out its items until :meth:`resume_group`.
 

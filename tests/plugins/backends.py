@@ -1,20 +1,29 @@
 """Where a test's data lives: the session's real redis-server under each client flavour
 (RESP2/RESP3, bytes/str replies), or a private fakeredis server; ``db`` and its kin.
 
+A module of sharded queue tests (``QUEUE_SHARDS``, see ``plugins/queues.py``) also runs on the
+session's Redis Cluster: its ``backend``, ``bytes_backend`` or ``real_backend`` is then
+:data:`SHARDED_CLUSTER`, whose clients are cluster clients.
+
 Every test that needs a real server is marked ``real_redis`` (``-m "not real_redis"`` runs the
 fakeredis half of the suite only).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
-from servers import Proc
+from servers import Cluster, Proc
+
+#: The backend of a sharded queue over the session's Redis Cluster (``plugins/queues.py``).
+SHARDED_CLUSTER = "sharded-cluster"
 
 
 @dataclass
@@ -26,10 +35,23 @@ class Backend:
     options: dict[str, Any]
     server: Proc | None = None
     fake_server: fakeredis.FakeServer | None = None
+    cluster: Cluster | None = None
+    #: The module's cluster clients, by their options (see ``cluster_clients``).
+    cluster_clients: dict[tuple[tuple[str, Any], ...], RedisCluster] | None = None
 
     def client(self, **overrides: Any) -> redis.Redis:
-        """Another client of the same data, of the same flavour unless overridden."""
+        """Another client of the same data, of the same flavour unless overridden (on a
+        cluster, the module's client of those options: a cluster client is thread-safe, and
+        slow to make)."""
         options = {**self.options, **overrides}
+        if self.cluster is not None and self.cluster_clients is not None:
+            key = tuple(sorted(options.items()))
+            if key not in self.cluster_clients:
+                made = self.cluster.client(**options)
+                self.cluster.clients.remove(made)  # closed with the module, not the test
+                self.cluster_clients[key] = made
+            client: redis.Redis = self.cluster_clients[key]  # type: ignore[assignment]
+            return client
         if self.server is not None:
             return self.server.client(**options)
         return fakeredis.FakeRedis(server=self.fake_server, **options)
@@ -59,7 +81,42 @@ def _real_backend(server: Proc, name: str, options: dict[str, Any]) -> Backend:
     return backend
 
 
+@pytest.fixture(scope="module")
+def cluster_clients(
+    cluster: Cluster,
+) -> Iterator[dict[tuple[tuple[str, Any], ...], RedisCluster]]:
+    """The session's cluster, checked healthy for this module, and the module's clients of it
+    (and their asyncio twins), closed at its end."""
+    cluster.wait_healthy()
+    made: dict[tuple[tuple[str, Any], ...], RedisCluster] = {}
+    try:
+        yield made
+    finally:
+        from async_bridge import close_twins  # noqa: PLC0415 (only when needed)
+
+        close_twins()
+        for client in made.values():
+            client.close()
+
+
+def _cluster_backend(request: pytest.FixtureRequest) -> Backend:
+    """The session's cluster, emptied (every primary, the replicas caught up)."""
+    cluster: Cluster = request.getfixturevalue("cluster")
+    clients = request.getfixturevalue("cluster_clients")
+    cluster.flushall()
+    request.addfinalizer(cluster.close_clients)
+    return Backend(
+        name=SHARDED_CLUSTER,
+        real=True,
+        options={"decode_responses": False},
+        cluster=cluster,
+        cluster_clients=clients,
+    )
+
+
 def _make_backend(request: pytest.FixtureRequest, name: str) -> Backend:
+    if name == SHARDED_CLUSTER:
+        return _cluster_backend(request)
     if name in REAL_FLAVOURS:
         server = request.getfixturevalue("redis_server")
         return _real_backend(server, name, dict(REAL_FLAVOURS[name]))
@@ -94,10 +151,15 @@ def db(backend: Backend) -> redis.Redis:
 
 
 @pytest.fixture
-def real_backend(redis_server: Proc) -> Backend:
-    """The session's real server, emptied for this test, with a bytes RESP2 client flavour."""
+def real_backend(request: pytest.FixtureRequest) -> Backend:
+    """The session's real server, emptied for this test, with a bytes RESP2 client flavour
+    (or, for a sharded queue module's cluster run, the session's cluster)."""
+    if getattr(request, "param", None) == SHARDED_CLUSTER:
+        return _cluster_backend(request)
     return _real_backend(
-        redis_server, "redis-resp2-bytes", dict(REAL_FLAVOURS["redis-resp2-bytes"])
+        request.getfixturevalue("redis_server"),
+        "redis-resp2-bytes",
+        dict(REAL_FLAVOURS["redis-resp2-bytes"]),
     )
 
 
@@ -124,11 +186,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that needs a real redis-server ``real_redis`` (``-m "not real_redis"``
     runs the fakeredis half of the suite only)."""
     real_fixtures = {"redis_server", "redis_server_factory", "real_backend", "real_db"}
-    real_fixtures |= {"redis_url", "redis_port", "module_redis"}
+    real_fixtures |= {"redis_url", "redis_port", "module_redis", "cluster", "cluster_db"}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
         flavours = {params.get("backend"), params.get("bytes_backend")}
-        if names & real_fixtures or flavours & set(REAL_FLAVOURS):
+        if names & real_fixtures or flavours & {*REAL_FLAVOURS, SHARDED_CLUSTER}:
             item.add_marker(pytest.mark.real_redis)

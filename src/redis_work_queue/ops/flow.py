@@ -10,8 +10,9 @@ no limit was ever set on the queue, and :func:`set_rate_limit` changes it for th
 Groups (``lua/include/group.lua``): a grouped item waits on its group's list, and the lease
 script takes from the ring of groups in turn. The group concurrency lives in
 ``<prefix>:groups:state`` (field ``cap``) and is declared and changed as the rate limit is
-(:func:`declare_rates`, :func:`set_group_concurrency`); :func:`pause_group` and
-:func:`resume_group` write the same hash.
+(:func:`declare_rates`, :func:`set_group_concurrency`), and so is the rate limit of every
+group (field ``rate``, :func:`set_default_group_rate_limit`); :func:`set_group_rate_limit`,
+:func:`pause_group` and :func:`resume_group` write the same hash.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from typing import TYPE_CHECKING
 
 from .. import scripts
 from ..calls import ScriptCall, Steps
-from ..flow import RateLimit, check_group, check_group_concurrency, check_rate_limit
+from ..flow import (
+    RateLimit,
+    check_group,
+    check_group_concurrency,
+    check_rate_limit,
+    rate_spec,
+)
 from ..keyprefix import QueueKeys
 from .registry import builds, operation
 
@@ -70,15 +77,25 @@ def declare_rates(queues: Sequence[QueueOps]) -> Steps[None]:
         if queue.group_concurrency is not None and not queue.cap_declared:
             yield group_set_call(queue.keys, "declare", queue.group_concurrency)
             queue.cap_declared = True
+        if queue.group_rate_limit is not None and not queue.group_rate_declared:
+            yield group_set_call(queue.keys, "rate_declare", rate_spec(queue.group_rate_limit))
+            queue.group_rate_declared = True
 
 
 @builds("group_set")
-def group_set_call(keys: QueueKeys, mode: str, value: scripts.Arg) -> ScriptCall:
-    """``lua/group_set.lua``: set the group concurrency, or pause or resume a group.
+def group_set_call(
+    keys: QueueKeys, mode: str, value: scripts.Arg, limit: scripts.Arg = ""
+) -> ScriptCall:
+    """``lua/group_set.lua``: set the group concurrency or a group rate limit, or (un)pause a group.
 
-    ``mode`` is ``'cap'`` or ``'declare'`` (``value``: the cap, 0 for none), or ``'pause'`` or
-    ``'resume'`` (``value``: the group).
+    ``mode`` is ``'cap'`` or ``'declare'`` (``value``: the cap, 0 for none), ``'pause'`` or
+    ``'resume'`` (``value``: the group), ``'rate'`` (``value``: the group, ``limit``: its
+    limit as :func:`~redis_work_queue.flow.rate_spec` makes it, ``''`` for none of its own),
+    or ``'rate_all'`` or ``'rate_declare'`` (``value``: the limit of every group, ``'0'`` for
+    none).
     """
+    if mode == "rate":
+        return ScriptCall.on(keys, "group_set", mode, value, limit)
     return ScriptCall.on(keys, "group_set", mode, value)
 
 
@@ -111,3 +128,31 @@ def resume_group(queue: QueueOps, group: str) -> Steps[bool]:
     """Resume ``group``: True when it was paused."""
     name = check_group(group)
     return bool((yield group_set_call(queue.group_keys(), "resume", name)))
+
+
+@operation(
+    methods=("set_group_rate_limit",),
+    scripts=("group_set",),
+    writes=True,
+    cli="groups",
+    docs=GROUP_DOCS,
+)
+def set_group_rate_limit(queue: QueueOps, group: str, limit: RateLimit | None) -> Steps[bool]:
+    """Set ``group``'s own rate limit for the fleet, or remove it (None): True when it changed."""
+    name = check_group(group)
+    check_rate_limit(limit, "set_group_rate_limit's limit")
+    spec = "" if limit is None else rate_spec(limit)
+    return bool((yield group_set_call(queue.group_keys(), "rate", name, spec)))
+
+
+@operation(
+    methods=("set_default_group_rate_limit",),
+    scripts=("group_set",),
+    writes=True,
+    cli="groups",
+    docs=GROUP_DOCS,
+)
+def set_default_group_rate_limit(queue: QueueOps, limit: RateLimit | None) -> Steps[None]:
+    """Set the rate limit of every group (without one of its own), or remove it (None)."""
+    check_rate_limit(limit, "set_default_group_rate_limit's limit")
+    yield group_set_call(queue.group_keys(), "rate_all", rate_spec(limit))

@@ -30,6 +30,7 @@ from ..flow import (
     check_groups,
     parse_cap,
     parse_rate,
+    parse_rate_spec,
 )
 from ..item import Item
 from ..keyprefix import QueueKeys
@@ -406,6 +407,9 @@ class QueueOps:
         #: The group concurrency this queue object declares, and whether it has been sent.
         self.group_concurrency: int | None = None
         self.cap_declared = False
+        #: The rate limit of every group this queue object declares, and whether it was sent.
+        self.group_rate_limit: RateLimit | None = None
+        self.group_rate_declared = False
 
     def group_keys(self) -> QueueKeys:
         """The keys that hold the queue's groups (see ``lua/include/group.lua``)."""
@@ -774,6 +778,12 @@ class QueueOps:
             if seen < STATS_CHUNK or start >= processing:
                 break
         leased = min(live, processing)
+        every = parse_rate_spec(reply[13])
+
+        def counts(ready: Any, busy: Any, paused: Any, own: Any, waiting: Any) -> GroupStats:
+            limit = parse_rate_spec(own) or every
+            return GroupStats(int(ready), int(busy), bool(paused), limit, bool(waiting))
+
         return QueueStats(
             queued=queued,
             leased=leased,
@@ -783,15 +793,10 @@ class QueueOps:
             rate_limit=parse_rate(reply[7]),
             grouped=int(reply[8]),
             group_concurrency=parse_cap(reply[9]),
-            groups={
-                name: GroupStats(int(ready), int(busy), bool(paused))
-                for name, (ready, busy, paused) in zip(names, asked, strict=True)
-            },
+            groups={name: counts(*row) for name, row in zip(names, asked, strict=True)},
             groups_waiting=int(reply[11]),
-            top_groups={
-                decode(name): GroupStats(int(ready), int(busy), bool(paused))
-                for name, ready, busy, paused in top
-            },
+            top_groups={decode(row[0]): counts(*row[1:]) for row in top},
+            group_rate_limit=every,
         )
 
     @operation(methods=("counts",), commands=("HGETALL",), docs=API)

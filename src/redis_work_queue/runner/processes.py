@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WorkerFailedError
+from ..flow import RateLimit
 from ..item import Item
 from ..keyprefix import KeyPrefix
 from ..ops.events import EVENTS_MAXLEN
@@ -93,7 +94,9 @@ Message = JobStarted | JobEnded | JobCancelled | Counts | Fatal
 
 
 #: What a child needs to rebuild one queue (see :attr:`ChildConfig.queues`).
-QueueConfig = tuple[str, int | None, float | None, int, tuple[int, ...], int | None, int | None]
+QueueConfig = tuple[
+    str, int | None, float | None, int, tuple[int, ...], int | None, int | None, RateLimit | None
+]
 
 
 @dataclass(frozen=True)
@@ -359,8 +362,9 @@ def child_main(config: ChildConfig, slot: int, events: Any) -> None:
             group_concurrency=groups_cap,
             events=cap is not None,
             events_maxlen=cap or EVENTS_MAXLEN,
+            group_rate_limit=groups_rate,
         )
-        for name, limit, keep, shards, before, groups_cap, cap in config.queues
+        for name, limit, keep, shards, before, groups_cap, cap, groups_rate in config.queues
     ]
     worker = Worker(
         config.redis_url,
