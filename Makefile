@@ -52,13 +52,15 @@ format: $(VENV)/.installed
 
 ## bench: figures and same-run ratios against the published baseline client and the peers
 ## (rq, BullMQ, Redis Streams; the bench extra), then the wire path against redis-py's own
-## EVALSHA, Redis time per script call against minimal scripts, and the import time
+## EVALSHA, Redis time per script call against minimal scripts, the import time, and fair
+## groups under a worker of 8 threads against a queue without groups
 bench: $(VENV)/.installed
 	$(BIN)/pip install $(PIP_QUIET) -e '.[bench]'
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/wire_bench.py
 	$(BIN)/python bench/script_time.py
 	$(BIN)/python bench/import_time.py
+	$(BIN)/python bench/fairness.py --check
 
 ## docs: the documentation site (MkDocs), warnings as errors, into site/
 docs: $(VENV)/.installed-docs

@@ -77,10 +77,30 @@ end
 -- queue before they are taken).
 local finishing = arg(9 + NQ) ~= nil
 local first_reads = not finishing and not registered
+-- The ids are taken before they are read (one RPOP instead of LRANGE and RPOP) when no dead
+-- letter may need checking first and the call will not register the caller (see from_main).
+local pop_first = register_ms == 0 and not registered
+-- The keys of the optional features (rate limit, fair groups, delayed items, failure reasons,
+-- blocked workers), probed in one read per queue: a queue that uses none of them pays neither
+-- their checks nor their reads (rate_read, the ring, promote, next_due, check_wake).
+-- (The first queue of a plain lease does not check its wake list: its waiting set is left out;
+-- the completed item's queue has its groups' hash probed too, for the completion.)
+local finished_at = finishing and tonumber(arg(9 + NQ))
 for i = 1, NQ do
   local q = queues[i]
   if i == 1 and first_reads then
+    probe(q, 'rate', 'groups', 'delayed', 'reasons')
+  elseif i == finished_at then
+    probe(q, 'rate', 'groups', 'delayed', 'reasons', 'waiting', 'grouped')
+  else
+    probe(q, 'rate', 'groups', 'delayed', 'reasons', 'waiting')
+  end
+  if i == 1 and first_reads then
     check_types('list', {q.processing}, 'hash', {q.deliveries, q.reasons})
+  elseif i == finished_at then
+    -- The completion reads this queue's processing list and drops its delivery counts before
+    -- its first write (finish.lua), which checks them.
+    check_types('list', {q.queue}, 'hash', {q.reasons}, 'zset', {q.delayed})
   else
     check_types('list', {q.queue, q.processing}, 'hash', {q.deliveries, q.reasons}, 'zset',
       {q.delayed})
@@ -90,7 +110,7 @@ for i = 1, NQ do
   end
   rates[i] = rate_read(q, waiter)
   -- The ring, read here: the group keys the turns write are checked when it holds groups.
-  local ring = redis.pcall('LLEN', q.groups)
+  local ring = SIZES[q.groups] or redis.pcall('LLEN', q.groups)
   if type(ring) == 'table' then
     check_types('list', {q.groups})
   end
@@ -109,7 +129,7 @@ end
 -- The completion, if any, before anything is leased (finish.lua).
 local finished
 if finishing then
-  finished = finish(queues[tonumber(arg(9 + NQ))], {arg(10 + NQ)}, true)[1]
+  finished = finish(queues[finished_at], {arg(10 + NQ)})[1]
 end
 -- The call's reply, with the completion's outcome when there is one.
 local function answer(value)
@@ -125,16 +145,31 @@ local function from_main(q, max, upto)
     -- ids are read before they are taken (RPOP, below): their dead letters are checked first,
     -- and a script that has run a write may write past maxmemory, so on an empty queue a blocked
     -- worker's registration must be the first write, for the server to refuse it when full.
+    -- Without a limit on deliveries, and when the call will not register the caller, nothing
+    -- needs reading before the ids are taken: they are popped at once (pop_first; RPOP names
+    -- them oldest first, LRANGE oldest last).
     local from = -math.min(upto - got, budget)
-    local ids = redis.pcall('LRANGE', q.queue, from, '-1')
-    if ids.err then
+    local popped = pop_first and max == 0
+    local ids
+    if popped then
+      ids = redis.pcall('RPOP', q.queue, -from)
+    else
+      ids = redis.pcall('LRANGE', q.queue, from, '-1')
+    end
+    if type(ids) == 'table' and ids.err then
       -- This read is the first queue's check of its main queue (see first_reads): a key of
       -- another type gets the error that names it; any other error is raised as it is.
       check_types('list', {q.queue})
       ids = redis.call('LRANGE', q.queue, from, '-1')
     end
-    if #ids == 0 then
+    if not ids or #ids == 0 then
       return
+    end
+    if popped then
+      local n = #ids
+      for j = 1, math.floor(n / 2) do
+        ids[j], ids[n + 1 - j] = ids[n + 1 - j], ids[j]
+      end
     end
     local keys = {}
     for j, id in ipairs(ids) do
@@ -152,7 +187,9 @@ local function from_main(q, max, upto)
         check_types(bury_keys(q, ids, seen, max))
       end
     end
-    redis.call('RPOP', q.queue, #ids)
+    if not popped then
+      redis.call('RPOP', q.queue, #ids)
+    end
     local taken_ids, counts, handed = {}, {}, {}
     for j = #ids, 1, -1 do -- oldest first
       local id, value = ids[j], data[j]

@@ -87,6 +87,29 @@ def test_an_include_with_code_outside_definitions_runs_in_each_call(tmp_path: Pa
     assert "seen[1] = #KEYS" in body and "local function first()" in body
 
 
+def test_a_kept_table_is_made_once_and_kept_from_call_to_call(
+    tmp_path: Path, real_db: redis.Redis
+) -> None:
+    """``local NAME = {} --#kept`` is made when the library loads; a script has ``false``."""
+    lua = tmp_path / "lua"
+    (lua / "include").mkdir(parents=True)
+    (lua / "include" / "memo.lua").write_text(
+        "local MEMO = {} --#kept\nlocal function bump()\n  if not MEMO then\n    return 0\n"
+        "  end\n  MEMO[1] = (MEMO[1] or 0) + 1\n  return MEMO[1]\nend\n",
+        "utf-8",
+    )
+    (lua / "one.lua").write_text("--#include memo.lua\nreturn bump()\n", "utf-8")
+    built = functions.build(lua, read_only=())
+    head = built.text.split("callback = ", 1)[0]
+    assert "local MEMO = {} --#kept" in head
+    real_db.function_load(built.text, replace=True)
+    name = built.functions["one"]
+    assert [real_db.fcall(name, 0) for _ in range(3)] == [1, 2, 3]
+    script = loader.assemble("one", lua).text
+    assert "local MEMO = false --#kept" in script
+    assert [real_db.eval(script, 0) for _ in range(2)] == [0, 0]
+
+
 @pytest.mark.real_redis
 def test_a_client_loads_the_library_once_and_calls_functions(real_db: redis.Redis) -> None:
     real_db.function_flush()

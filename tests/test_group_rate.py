@@ -223,9 +223,9 @@ def test_a_limited_group_keeps_to_its_rate_while_the_other_runs_at_full_speed(
     ]
     runs = [
         in_thread(
-            lambda w=worker: asyncio.run(w.run(signals=()))
-            if isinstance(w, AsyncWorker)
-            else w.run(signals=())
+            lambda w=worker: (
+                asyncio.run(w.run(signals=())) if isinstance(w, AsyncWorker) else w.run(signals=())
+            )
         )
         for worker in workers
     ]

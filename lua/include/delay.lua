@@ -36,6 +36,9 @@ end
 -- the caller checks the lists and the wake list (check_wake) beforehand, or, with unchecked, the
 -- processing list only: promote then checks the main queue and the wake list before it writes.
 local function promote(q, now, budget, unchecked)
+  if SIZES[q.delayed] == 0 then -- known empty (probe)
+    return 0
+  end
   local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', now, 'LIMIT', '0', budget)
   if #due == 0 then
     return 0
@@ -74,6 +77,9 @@ end
 
 -- Milliseconds until the next delayed item is due, or -1 when none is delayed.
 local function next_due(q, now)
+  if SIZES[q.delayed] == 0 then -- known empty (probe; nothing here delays an item)
+    return -1
+  end
   local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   if head[2] then
     return math.max(tonumber(head[2]) - now, 0)

@@ -7,9 +7,10 @@
 -- P:grouped and, for a grouped item, its group's keys (group.lua).
 -- Defines: finish.
 -- Keeps: exactly one call completes an item; no bookkeeping of an item is left behind; every key
--- finish may write is type-checked before its first write (a lease key of another type is left
--- alone). The id is looked for near the oldest end of the processing list first (completing in
--- lease order), then near the newest end (short jobs among long ones); an entry found near
+-- finish may write is type-checked before its first write, or is that first write (the delivery
+-- counts' drop; a lease key of another type is left alone). The id is looked for near the oldest
+-- end of the processing list first (completing in lease order), then near the newest end (short
+-- jobs among long ones); an entry found near
 -- neither end stays on the list for the light clean, which drops ids whose item is gone (as the
 -- design's cleaners do), so completing one item never scans the whole list. A batch removes an
 -- entry per id (LREM), or, when its ids are the list's oldest entries (a batch completed as it
@@ -23,9 +24,8 @@ local NEAR = '64'
 
 -- Complete the items ids (a list of ids) of queue q. Returns, per id, 1 when this call deleted
 -- its data key (it completed the item) and 0 when the item had already been completed (or had
--- expired). Its reads and type checks come before its first write; checked is true when the
--- caller has checked the bookkeeping hashes (P:deliveries, P:reasons) already.
-local function finish(q, ids, checked)
+-- expired). Its reads and type checks come before its first write.
+local function finish(q, ids)
   local items, leases, near = {}, {}, {}
   for j, id in ipairs(ids) do
     items[j] = q.item .. id
@@ -76,8 +76,16 @@ local function finish(q, ids, checked)
   -- Every key the call may write is checked before its first write. The data keys' checks tell
   -- which items exist too (their SIZES; an empty one reads as none: EXISTS then tells), so that
   -- they and the leases go in one DEL; an id named twice is completed once.
+  -- The failure reasons and the groups' hash, which a queue holds only while it uses them, are
+  -- probed in one read (unless the caller did). The delivery counts are checked by their drop,
+  -- the first write (below), but where events read them first.
   local sets = #delayed > 0 and {q.delayed} or {}
-  local hashes = checked and {q.counts, q.grouped} or {q.deliveries, q.reasons, q.counts, q.grouped}
+  if SIZES[q.reasons] == nil or SIZES[q.grouped] == nil then
+    probe(q, 'reasons', 'grouped')
+  end
+  local drop_first = not q.event_cap
+  local hashes = drop_first and {q.reasons, q.counts, q.grouped}
+    or {q.deliveries, q.reasons, q.counts, q.grouped}
   check_types('string', items, 'hash', hashes, 'zset', sets)
   local groups, flying = groups_of(q, ids)
   local some = false
@@ -96,6 +104,14 @@ local function finish(q, ids, checked)
       done[j] = 1
       completed = completed + 1
       doomed[#doomed + 1] = key
+    end
+  end
+  if drop_first then
+    -- The delivery counts go first: a hash of another type fails the call before any write
+    -- (with the error that names it; any other error is raised as it is).
+    if type(redis.pcall('HDEL', q.deliveries, unpack(ids))) == 'table' then
+      check_types('hash', {q.deliveries})
+      redis.call('HDEL', q.deliveries, unpack(ids))
     end
   end
   if trim then
@@ -122,7 +138,7 @@ local function finish(q, ids, checked)
     deliveries = redis.call('HMGET', q.deliveries, unpack(ids))
   end
   -- (A bookkeeping hash found empty by the checks has nothing to drop.)
-  if SIZES[q.deliveries] ~= 0 then
+  if not drop_first and SIZES[q.deliveries] ~= 0 then
     redis.call('HDEL', q.deliveries, unpack(ids))
   end
   if SIZES[q.reasons] ~= 0 then

@@ -6,8 +6,8 @@
 -- is P:processing, q.item .. id is P:item:<id>, and so on for every row. Every one of them shares
 -- P's hash tag, if any.
 -- Defines: NQ, EVENTED, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
--- check_types, SIZES and read_strings (the type checks before a first write), now_ms, delivered,
--- forget, wakeups, DELAY_TOKEN.
+-- check_types, SIZES, probe and read_strings (the type checks before a first write), now_ms,
+-- delivered, forget, wakeups, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -26,6 +26,29 @@ local LAZY = {
     return key
   end,
 }
+
+-- Each prefix's key names (a table of LAZY: NAMED[prefix].__index), as the metatable of the
+-- queues of that prefix, which read their names from it. A function library keeps it from call
+-- to call (the directive), so that a queue's names are made once; a script has none (false:
+-- its queues are of LAZY, their names made on each call). At most NAMED_MAX prefixes are kept
+-- (then it starts again).
+local NAMED = {} --#kept
+local NAMED_MAX = 256
+
+local function names_of(prefix)
+  local meta = NAMED[prefix]
+  if meta == nil then
+    if (NAMED[NAMED] or 0) >= NAMED_MAX then
+      for key in pairs(NAMED) do
+        NAMED[key] = nil
+      end
+    end
+    meta = {__index = setmetatable({prefix = prefix}, LAZY)}
+    NAMED[prefix] = meta
+    NAMED[NAMED] = (NAMED[NAMED] or 0) + 1 -- the count, under a key no prefix is
+  end
+  return meta
+end
 
 -- The queues of the call with events on (see events.lua): their P:events is type-checked by
 -- check_types.
@@ -51,7 +74,7 @@ local function queue_at(i)
     end
   end
   local q = {index = i, queue = KEYS[i], prefix = prefix, event_cap = cap, keep = keep}
-  setmetatable(q, LAZY)
+  setmetatable(q, NAMED and names_of(prefix) or LAZY)
   if cap then
     EVENTED[#EVENTED + 1] = q
   end
@@ -83,7 +106,8 @@ local function wrong_type(...)
       keys = {keys}
     end
     for _, key in ipairs(keys) do
-      local read = redis.pcall(TYPED_READ[kind], key)
+      -- A key sized already by this call (or known absent: see probe) holds its kind, or none.
+      local read = SIZES[key] or redis.pcall(TYPED_READ[kind], key)
       SIZES[key] = read
       if type(read) == 'table' then
         if not string.find(tostring(read.err), 'WRONGTYPE', 1, true) then
@@ -112,6 +136,37 @@ local function check_types(...)
   end
   if err then
     error(err, 0)
+  end
+end
+
+-- Probe keys of q (up to six names of its layout, a to f) that a queue holds only while it uses
+-- an optional feature (a rate limit, fair groups, delayed items, failure reasons, blocked
+-- workers...): one read (EXISTS counts keys of every type) tells when none of them exists, and
+-- each is then known empty (its size 0 in SIZES), so that its type check and the reads the
+-- feature would need are skipped. When one exists, nothing is learned (each is checked and read
+-- as it comes). (Spelled out by count: a table and a loop here cost more than a command.)
+local function probe(q, a, b, c, d, e, f)
+  local found
+  if f then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d], q[e], q[f])
+  elseif e then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d], q[e])
+  elseif d then
+    found = redis.call('EXISTS', q[a], q[b], q[c], q[d])
+  elseif c then
+    found = redis.call('EXISTS', q[a], q[b], q[c])
+  elseif b then
+    found = redis.call('EXISTS', q[a], q[b])
+  else
+    found = redis.call('EXISTS', q[a])
+  end
+  if found == 0 then
+    SIZES[q[a]] = 0
+    if b then SIZES[q[b]] = 0 end
+    if c then SIZES[q[c]] = 0 end
+    if d then SIZES[q[d]] = 0 end
+    if e then SIZES[q[e]] = 0 end
+    if f then SIZES[q[f]] = 0 end
   end
 end
 

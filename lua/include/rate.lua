@@ -21,6 +21,9 @@ local TURNS = 64
 -- first write (which checks P:rate's type; the hash holds at most TURNS + 5 fields); nil when
 -- the queue has no limit.
 local function rate_read(q, waiter)
+  if SIZES[q.rate] == 0 then -- known empty (probe)
+    return nil
+  end
   local v = redis.pcall('HGETALL', q.rate)
   if v.err then
     check_types('hash', {q.rate})

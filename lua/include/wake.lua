@@ -27,7 +27,7 @@ end
 -- registration, so that workers killed while waiting leave nothing behind. The caller checks
 -- the waiting set beforehand.
 local function join(q, waiter, now, ms)
-  q.waiting_pttl = nil
+  q.waiting_pttl, SIZES[q.waiting] = nil, nil
   redis.call('ZADD', q.waiting, now + ms, waiter)
   if redis.call('PTTL', q.waiting) < ms then
     redis.call('PEXPIRE', q.waiting, ms)
@@ -51,7 +51,8 @@ end
 -- only while a worker is registered. The waiting set's time to live is kept in q for wake (join
 -- and leave, which change the set, drop it).
 local function check_wake(q)
-  local left = redis.call('PTTL', q.waiting)
+  -- (A waiting set known empty, as a probe finds it, has no time to live: PTTL's -2.)
+  local left = SIZES[q.waiting] == 0 and -2 or redis.call('PTTL', q.waiting)
   if left ~= -2 then
     check_types('list', {q.wake})
   end
@@ -73,7 +74,7 @@ end
 -- A worker stops waiting (waiter may be ''); lapsed registrations go too, and the wake list goes
 -- with the last waiter.
 local function leave(q, waiter, now)
-  q.waiting_pttl = nil
+  q.waiting_pttl, SIZES[q.waiting] = nil, nil
   if waiter ~= '' then
     redis.call('ZREM', q.waiting, waiter)
   end

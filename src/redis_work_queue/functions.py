@@ -6,7 +6,9 @@ scripts cannot differ. What a script sent with EVAL runs on every call, the libr
 when the server loads it:
 
 - each top-level ``local function`` of the includes is defined once for the whole library;
-- each constant of the includes (a string, a number, or a table no code changes) likewise;
+- each constant of the includes (a string, a number, or a table no code changes) likewise,
+  and each table marked ``--#kept`` (a cache of values derived from a call's arguments alone,
+  such as a queue's key names: it is kept from call to call, where a script has none);
 - every other top-level value of the includes (``local NQ = #KEYS``, ``local SIZES = {}``, a
   ``TIME`` read) is declared once and set again at the start of each call of a function that
   uses it, in its file's order, so each call starts from the values an EVAL would have;
@@ -148,6 +150,11 @@ def _classify(parts: list[loader.LuaFile], scripts: Sequence[loader.LuaFile]) ->
         head = each.lines[0][1]
         if head.startswith("local function "):
             each.kind = "function"
+            continue
+        kept = loader.KEPT_PARSED.fullmatch(head)
+        if kept is not None:  # a cache, made once and kept from call to call
+            each.kind = "constant"
+            each.lines = [(each.lines[0][0], kept[1] + "{} --#kept")]
             continue
         value = text.split("=", 1)[1]
         own = {line for _, line in each.lines}

@@ -59,6 +59,11 @@ _INCLUDE = re.compile(r"--#include ([A-Za-z0-9_]+\.lua)")
 #: The one directive that ends a line of code: the key layout's names fill its table, or one
 #: row's suffix its string.
 _LAYOUT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )(?:\{\} --#layout|'' --#layout ([a-z_]+))")
+#: The directive that keeps a cache from call to call where the state lives on (see
+#: :mod:`.functions`): ``local NAME = {} --#kept``.
+KEPT = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )\{\} --#kept")
+#: The same line as parsed: a script has no such cache (``false``); the library makes the table.
+KEPT_PARSED = re.compile(r"(local [A-Za-z_][A-Za-z0-9_]* = )false --#kept")
 #: luacheck's leave to the one long line the layout directive makes.
 _LONG_LINE = " -- luacheck: no max line length"
 #: Where the server says a script error happened, and which script it was: Redis writes
@@ -109,13 +114,17 @@ def parse(text: str, label: str) -> LuaFile:
     """Split one file's text into its include directives and its other lines.
 
     A line of code ending in ``{} --#layout`` gets the key layout's names in its table, one
-    ending in ``'' --#layout <row>`` that row's suffix in its string.
+    ending in ``'' --#layout <row>`` that row's suffix in its string. A line
+    ``local NAME = {} --#kept`` becomes ``local NAME = false --#kept``: a script has no such
+    cache, while a function library makes the table once and keeps it from call to call
+    (:mod:`.functions`), for values derived from the call's arguments alone.
 
     Raises:
         LuaSourceError: A line starting with ``--#`` is not exactly ``--#include <name>.lua``, a
             directive follows the first line of code, a file is included twice, or a line of
-            code holds ``--#`` but is not ``local NAME = {} --#layout`` or
-            ``local NAME = '' --#layout <row>`` for a row of the layout.
+            code holds ``--#`` but is not ``local NAME = {} --#layout``,
+            ``local NAME = '' --#layout <row>`` for a row of the layout, or
+            ``local NAME = {} --#kept``.
     """
     includes: list[str] = []
     lines: list[tuple[int, str]] = []
@@ -123,7 +132,10 @@ def parse(text: str, label: str) -> LuaFile:
     for number, read_line in enumerate(text.split("\n"), 1):
         line = read_line
         code = not line.lstrip().startswith("--")
-        if code and DIRECTIVE in line:
+        kept = KEPT.fullmatch(line) if code else None
+        if kept is not None:
+            line = kept[1] + "false --#kept"
+        elif code and DIRECTIVE in line:
             found = _LAYOUT.fullmatch(line)
             if found is None:
                 raise LuaSourceError(
