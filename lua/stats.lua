@@ -8,7 +8,8 @@
 -- arg(4...) groups: groups whose counts to read (see group.lua)
 -- Returns {queued, processing, delayed, dead, examined, live, gone, rate, grouped, cap, groups,
 -- waiting, top, group_rate}:
--- the lengths of the main queue and the processing list, the numbers of delayed and dead items,
+-- the lengths of the main queue (less a wake-up entry: wakeups in queue.lua) and the processing
+-- list, the numbers of delayed and dead items,
 -- of the chunk's ids how many were examined, how many have a live lease, and how many are
 -- entries of completed items (no lease, no data key) left for the light clean to drop; the
 -- queue's rate limit, {count, per_ms, burst} (see rate.lua; count false or '0' when it has
@@ -46,7 +47,8 @@ for _, id in ipairs(chunk) do
   end
 end
 return {
-  redis.call('LLEN', Q.queue), redis.call('LLEN', Q.processing), redis.call('ZCARD', Q.delayed),
+  redis.call('LLEN', Q.queue) - wakeups(Q), redis.call('LLEN', Q.processing),
+  redis.call('ZCARD', Q.delayed),
   redis.call('ZCARD', Q.dead), #chunk, live, gone,
   redis.call('HMGET', Q.rate, 'count', 'per_ms', 'burst'),
   redis.call('HGET', Q.groups_state, 'ready') or 0, redis.call('HGET', Q.groups_state, 'cap'),

@@ -765,6 +765,28 @@ def test_the_job_page_shows_progress_and_result(real_db: redis.Redis, redis_url:
     assert done["result"]["kind"] == "hex"  # not UTF-8: shown as hex, as item data is
 
 
+def test_a_job_page_reads_a_bounded_part_of_a_large_result(
+    real_db: redis.Redis, redis_url: str
+) -> None:
+    """A kept result of 1 MB: one view of the job's page makes Redis send a few kB of it, and
+    the page shows its first bytes, cut, with the whole result's size."""
+    queue = WorkQueue(KeyPrefix("res"), keep_results=60)
+    queue.add_item(real_db, Item(b"a", id="a"))
+    item = queue.lease(real_db, 30, block=False)
+    assert item is not None
+    assert queue.complete(real_db, item, result=b"R" * 1_000_000)
+    with client_for(redis_url, queues=("res",), sample_secs=3600) as client:
+        before = net_output(real_db)
+        job = client.get("/api/job", params={"name": "res", "id": "a"})
+        cost = net_output(real_db) - before
+    assert job.status_code == 200
+    assert cost < 50_000, f"one job page read {cost} bytes from Redis"
+    result = job.json()["result"]
+    assert result["size"] == 1_000_000 and result["truncated"] is True
+    assert result["text"] == "R" * dash_data.JOB_PREVIEW_BYTES
+    assert queue.result(real_db, "a") == b"R" * 1_000_000  # the library's read stays whole
+
+
 def test_an_action_on_a_queue_with_events_is_on_its_stream(
     real_db: redis.Redis, redis_url: str
 ) -> None:

@@ -62,6 +62,20 @@ def test_a_queue_without_groups_shows_none(dash: TestClient, real_db: redis.Redi
     assert groups_of(dash) == {"total": 0, "rest": 0, "grouped": 0, "cap": 2, "rows": []}
 
 
+def test_the_waiting_tab_has_no_row_for_a_wake_up_entry(
+    dash: TestClient, real_db: redis.Redis
+) -> None:
+    """A grouped item added to an empty queue pushes a wake-up entry (an empty id) onto the main
+    queue: the waiting tab neither lists nor counts it."""
+    queue = WorkQueue(KeyPrefix("t"))
+    assert queue.add_item(real_db, Item(b"g", id="g"), group="A")
+    assert queue.add_item(real_db, Item(b"w", id="w"))
+    assert queue.queue_len(real_db) == 2  # the wake-up entry and w
+    reply = dash.get("/api/queue", params={"name": "t", "tab": "waiting"}).json()
+    assert [row["id"] for row in reply["rows"]] == ["w"]
+    assert reply["total"] == 1
+
+
 def test_the_top_groups_by_backlog_with_their_counts(
     dash: TestClient, real_db: redis.Redis
 ) -> None:

@@ -536,9 +536,32 @@ def test_promoting_a_delayed_grouped_item_queues_it_on_its_group(
     queue.add_item(db, Item(b"d", id="later"), delay=3600, group="A")
     assert queue.promote(db, "later")
     assert lrange(db, GK.group("A")) == [b"later"]
-    assert queue.queue_len(db) == 1  # the wake-up marker of a worker blocked on the queue
+    assert queue.queue_len(db) == 1  # the wake-up entry for a worker blocked on the queue
+    assert queue.stats(db).queued == 0 and queue.peek(db, 0, 10) == []
     assert _drain(db, queue) == ["later"]
     assert keys_left(db) == []
+
+
+def test_a_wake_up_entry_is_not_listed_nor_counted_as_an_item(
+    db: redis.Redis, queue: WorkQueue
+) -> None:
+    """A group coming back to the ring pushes an empty id onto the empty main queue, to wake a
+    worker blocked on it; peek, stats and a promote at the leasing end pass over it."""
+    queue.add_item(db, Item(b"d", id="A0"), group="A")
+    assert lrange(db, GK.queue) == [b""]  # the wake-up entry
+    assert queue.stats(db).queued == 0
+    assert queue.peek(db, 0, 10) == [] and queue.peek(db, -10, 10) == []
+    queue.add_item(db, Item(b"w", id="w"))
+    assert queue.stats(db).queued == 1
+    assert [(q.position, q.id) for q in queue.peek(db, 0, 10)] == [(0, "w")]
+    assert [(q.position, q.id) for q in queue.peek(db, -10, 10)] == [(0, "w")]
+    # An item promoted to the leasing end takes the wake-up entry's place.
+    queue.add_item(db, Item(b"u", id="u"), delay=3600)
+    assert queue.promote(db, "u")
+    assert lrange(db, GK.queue) == [b"w", b"u"]
+    assert [q.id for q in queue.peek(db, 0, 10)] == ["u", "w"]
+    assert queue.stats(db).queued == 2
+    assert sorted(_drain(db, queue)) == ["A0", "u", "w"]
 
 
 # Runners ------------------------------------------------------------------------------------------

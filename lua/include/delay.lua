@@ -12,14 +12,18 @@ local DELAY_GRACE_MS = 60000
 -- Hold an item back until due (ms). When it falls due before any other delayed item and a worker
 -- is blocked on the queue, that worker is woken so that it waits for the new due time: an empty
 -- id (never an item's id, so every client drops it when met) is pushed onto the main queue for a
--- worker blocked on this queue alone, and a token onto the wake list. The caller checks the
+-- worker blocked on this queue alone (when it is empty: only then can one be blocked on it), and a
+-- token onto the wake list. The caller checks the
 -- delayed set, the item's lease key, the main queue and the wake list beforehand.
 local function schedule(q, id, due, now)
   local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   redis.call('ZADD', q.delayed, due, id)
   redis.call('SET', q.lease .. id, DELAY_TOKEN, 'PX', math.max(due - now, 1) + DELAY_GRACE_MS)
   if (not head[2] or tonumber(head[2]) > due) and redis.call('EXISTS', q.waiting) == 1 then
-    redis.call('LPUSH', q.queue, '')
+    -- A worker blocked on the main queue alone waits only while it is empty.
+    if redis.call('LLEN', q.queue) == 0 then
+      redis.call('LPUSH', q.queue, '')
+    end
     wake(q)
   end
 end

@@ -7,7 +7,7 @@
 -- P's hash tag, if any.
 -- Defines: NQ, EVENTED, queue_at(i) (queue i's key names), Q (queue 1's), arg(k), wrong_type,
 -- wrong_key, check_types, SIZES, probe and read_strings (the type checks before a first write),
--- NO_KEYS, now_ms, now_ms_text, delivered, forget, DELAY_TOKEN.
+-- NO_KEYS, now_ms, now_ms_text, delivered, forget, wakeups, DELAY_TOKEN.
 -- Keeps: every key name is made from its queue's prefix, so a call on one queue never touches
 -- another queue's keys.
 local NQ = #KEYS
@@ -216,6 +216,17 @@ end
 
 local function delivered(q, id)
   return tonumber(redis.call('HGET', q.deliveries, id) or '0')
+end
+
+-- How many wake-up entries the main queue holds (0 or 1): an empty id with no item of that id,
+-- pushed to wake a blocked worker (see group.lua and delay.lua). One is pushed only onto an empty
+-- main queue, at its leasing end, and an id pushed at that end takes its place (enqueue in
+-- wake.lua), so it is the entry at index -1 while it is there. Two O(1) reads.
+local function wakeups(q)
+  if redis.call('LINDEX', q.queue, -1) == '' and redis.call('EXISTS', q.item) == 0 then
+    return 1
+  end
+  return 0
 end
 
 -- Drop an item's bookkeeping (its delivery count and last reason).

@@ -61,9 +61,15 @@ local function check_wake(q)
   q.waiting_pttl = left
 end
 
--- Push an id onto the main queue: at the back of the line, or (next) at the leasing end.
+-- Push an id onto the main queue: at the back of the line, or (next) at the leasing end, where it
+-- takes the place of a wake-up entry (see wakeups in queue.lua): a wake-up still there woke no
+-- worker, as none can be blocked on a queue that holds an entry.
 local function enqueue(q, id, next)
-  redis.call(next and 'RPUSH' or 'LPUSH', q.queue, id)
+  if next and wakeups(q) == 1 then
+    redis.call('LSET', q.queue, -1, id)
+  else
+    redis.call(next and 'RPUSH' or 'LPUSH', q.queue, id)
+  end
   wake(q)
 end
 

@@ -24,9 +24,11 @@ from ..health import alive_workers
 from ..keyprefix import KeyPrefix, QueueKeys, check_queue_name
 from ..ops import DeadLetter
 from ..ops import events as events_ops
+from ..ops.jobs import ItemState, parse_state, state_call
 from ..ops.schedules import Schedule, listed, schedule_list_call
 from ..results import QueueStats
 from ..transport import arun
+from ..validation import check_item_id
 
 #: The fixed keys that make a queue visible to discovery, by the name after its prefix.
 QUEUE_SUFFIXES = (":queue", ":processing", ":delayed", ":dead")
@@ -594,6 +596,12 @@ def pretty_json(data: bytes | None, whole: bool) -> str | None:
         return None
 
 
+def _job_state(keys: QueueKeys, item_id: str) -> Steps[tuple[ItemState, int]]:
+    """The job's state with a kept result's first :data:`JOB_PREVIEW_BYTES`, and its length."""
+    (row,) = yield state_call(keys, JOB_PREVIEW_BYTES, item_id)
+    return parse_state(item_id, row), int(row[9])
+
+
 def _text(raw: Any) -> str | None:
     if raw is None:
         return None
@@ -659,8 +667,9 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
         dead_reason = second.pop(0) if read_dead_reason else None
         dead_data = second.pop(0) if read_dead_data else None
 
-    # Where the job is, as the library's job control reads it (one script call).
-    found = await AsyncWorkQueue(KeyPrefix(name)).state(db, item_id)
+    # Where the job is, as the library's job control reads it (one script call), with at most
+    # JOB_PREVIEW_BYTES of a kept result: a large result is shown cut, with its size.
+    found, result_size = await arun(db, _job_state(keys, check_item_id(item_id)))
     whole = exists and int(size) <= JOB_PREVIEW_BYTES
     result = found.result
     first, traceback = split_reason(_text(reason) or "")
@@ -680,7 +689,7 @@ async def job_detail(db: AsyncRedis, name: str, item_id: str) -> dict[str, Any]:
         "leased_at": found.leased_at,
         "due_at": found.due_at,
         "progress": found.progress,
-        "result": None if result is None else preview_of(result, len(result), JOB_PREVIEW_BYTES),
+        "result": None if result is None else preview_of(result, result_size, JOB_PREVIEW_BYTES),
         "events": await job_events(db, keys, item_id),
         "dead": None,
     }

@@ -88,9 +88,13 @@ class ItemState:
 
 
 @builds("state")
-def state_call(keys: QueueKeys, *ids: str) -> ScriptCall:
-    """``lua/state.lua``: the state of each of ``ids``."""
-    return ScriptCall.on(keys, "state", *ids)
+def state_call(keys: QueueKeys, result_bytes: int, *ids: str) -> ScriptCall:
+    """``lua/state.lua``: the state of each of ``ids``.
+
+    ``result_bytes`` bounds the bytes of a kept result the reply carries (-1: the whole result);
+    each row then ends with the whole result's length.
+    """
+    return ScriptCall.on(keys, "state", result_bytes, *ids)
 
 
 def _check_ids(ids: Iterable[str]) -> list[str]:
@@ -142,7 +146,7 @@ def states(ops: QueueOps, ids: Iterable[str]) -> Steps[list[ItemState]]:
             out.append((yield from state(ops, item_id)))
         return out
     for chunk in _chunks(checked, STATE_CHUNK):
-        rows = yield state_call(ops.keys, *chunk)
+        rows = yield state_call(ops.keys, -1, *chunk)
         out += (parse_state(i, row) for i, row in zip(chunk, rows, strict=True))
     return out
 
@@ -151,7 +155,7 @@ def states(ops: QueueOps, ids: Iterable[str]) -> Steps[list[ItemState]]:
 def state(ops: QueueOps, item_id: str) -> Steps[ItemState]:
     """The state of one item (one script call)."""
     item_id = check_item_id(item_id)
-    (row,) = yield state_call(keys_for(ops, item_id), item_id)
+    (row,) = yield state_call(keys_for(ops, item_id), -1, item_id)
     return parse_state(item_id, row)
 
 

@@ -342,10 +342,10 @@ class Lessee:
     def backlog(self) -> dict[str, Any]:
         """The queue's backlog, for Spark's progress reports (``latestOffset`` of the source).
 
-        ``queued``, ``leased`` (the processing list: leases held, and expired ones awaiting a
-        light clean), ``delayed`` and ``dead`` items; ``in_batches``, the items this query holds;
-        and, when the oldest queued item has an id this library made (a UUIDv7),
-        ``oldest_queued_secs``, its age.
+        ``queued`` (less a wake-up entry), ``leased`` (the processing list: leases held, and
+        expired ones awaiting a light clean), ``delayed`` and ``dead`` items; ``in_batches``,
+        the items this query holds; and, when the oldest queued item has an id this library
+        made (a UUIDv7), ``oldest_queued_secs``, its age.
         """
         keys = self.queue.keys
         pipe = self.db.pipeline(transaction=False)
@@ -354,7 +354,11 @@ class Lessee:
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.dead)
         pipe.lindex(keys.queue, -1)
-        queued, leased, delayed, dead, oldest = pipe.execute()
+        pipe.lindex(keys.queue, -2)
+        pipe.exists(keys.item(""))
+        queued, leased, delayed, dead, oldest, second, empty_item = pipe.execute()
+        if oldest == b"" and not empty_item:  # a wake-up entry, no item: passed over
+            queued, oldest = int(queued) - 1, second
         with self.lock:
             in_batches = sum(len(held) for held in self.held.values())
         report: dict[str, Any] = {

@@ -489,6 +489,7 @@
     if (state === "delayed") pairs.push(["due", when(j.due_at)]);
     if (j.has_data) pairs.push(["size", `${j.data.size.toLocaleString("en-US")} bytes`]);
     if (j.progress !== null && j.progress !== undefined) pairs.push(["progress", JSON.stringify(j.progress)]);
+    if (j.result && j.result.truncated) pairs.push(["result size", `${j.result.size.toLocaleString("en-US")} bytes`]);
     facts($("job-facts"), pairs);
     $("job-result-box").hidden = !j.result;
     if (j.result) showData($("job-result"), j.result, null);
