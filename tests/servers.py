@@ -341,6 +341,17 @@ class Proc:
         self.clients.append(client)
         return client
 
+    def close_clients_since(self, mark: int) -> None:
+        """Close the clients made since ``len(self.clients)`` was ``mark`` (one test's, on a
+        server that outlives it), so that their sockets do not pile up over a session."""
+        made = self.clients[mark:]
+        del self.clients[mark:]
+        for client in made:
+            with contextlib.suppress(Exception):  # best effort at teardown
+                client.close()
+        if self._admin is not None and any(client is self._admin for client in made):
+            self._admin = None
+
     def pause(self) -> None:
         os.kill(self.pid, signal.SIGSTOP)
 

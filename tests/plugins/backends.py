@@ -11,6 +11,7 @@ fakeredis half of the suite only).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,11 @@ FAKE_FLAVOURS = {
 }
 
 
-def _real_backend(server: Proc, name: str, options: dict[str, Any]) -> Backend:
+def _real_backend(
+    request: pytest.FixtureRequest, server: Proc, name: str, options: dict[str, Any]
+) -> Backend:
+    """The session's server, emptied; the clients the test makes of it are closed after it."""
+    request.addfinalizer(functools.partial(server.close_clients_since, len(server.clients)))
     backend = Backend(name=name, real=True, options=options, server=server)
     admin = server.client()
     admin.flushall()
@@ -119,7 +124,7 @@ def _make_backend(request: pytest.FixtureRequest, name: str) -> Backend:
         return _cluster_backend(request)
     if name in REAL_FLAVOURS:
         server = request.getfixturevalue("redis_server")
-        return _real_backend(server, name, dict(REAL_FLAVOURS[name]))
+        return _real_backend(request, server, name, dict(REAL_FLAVOURS[name]))
     return Backend(
         name=name, real=False, options=dict(FAKE_FLAVOURS[name]), fake_server=fakeredis.FakeServer()
     )
@@ -157,6 +162,7 @@ def real_backend(request: pytest.FixtureRequest) -> Backend:
     if getattr(request, "param", None) == SHARDED_CLUSTER:
         return _cluster_backend(request)
     return _real_backend(
+        request,
         request.getfixturevalue("redis_server"),
         "redis-resp2-bytes",
         dict(REAL_FLAVOURS["redis-resp2-bytes"]),
