@@ -683,6 +683,24 @@ def groups(lane: Lane, check: Check) -> None:
             and r.groups["C"].ready == 1
         ),
     )
+    check("set_group_rate_limit", lane.do(q.set_group_rate_limit, "B", RateLimit(1, 60, 1)), True)
+    check(
+        "set_default_group_rate_limit",
+        lane.do(q.set_default_group_rate_limit, RateLimit(100, 1, 10)),
+        None,
+    )
+    check(
+        "stats of the groups' limits",
+        lane.do(q.stats, groups=["A", "B"]),
+        lambda r: (
+            r.groups["B"].rate_limit == RateLimit(1, 60, 1)
+            and r.groups["A"].rate_limit == RateLimit(100, 1, 10)
+            and r.group_rate_limit == RateLimit(100, 1, 10)
+        ),
+    )
+    check("remove a group's limit", lane.do(q.set_group_rate_limit, "B", None), True)
+    check("remove it again", lane.do(q.set_group_rate_limit, "B", None), False)
+    check("remove the default", lane.do(q.set_default_group_rate_limit, None), None)
     check.raises(
         "add_item with an empty group",
         InvalidArgumentError,
