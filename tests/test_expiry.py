@@ -107,11 +107,12 @@ def test_released_before_expiry_then_expired_in_the_queue(
 ) -> None:
     db = bytes_db
     queue.add_item(db, Item(b"x", id="t"), ttl=1.0)  # long enough for a busy machine
+    time.sleep(0.05)  # so that a renewal by the lease or the release would show
     item = queue.lease(db, 30, block=False)
     assert item is not None
     assert queue.release(db, item, reason="retry")
     # the time to live counts from the add: leasing and releasing do not renew it
-    assert 0 < db.pttl("ttl:item:t") < 1000
+    assert 0 < db.pttl("ttl:item:t") <= 950
     time.sleep(1.05)
     assert queue.lease(db, 30, block=False) is None
     # its delivery count and reason go with it

@@ -195,9 +195,11 @@ def test_serve_answers_scrapes_through_an_outage(tmp_path: Path) -> None:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
         found = samples(scrape(url))
         for name, value in asdict(queue.stats(db)).items():
-            # The rate limit has a gauge of its own (rwq_rate_limit_per_second); the cap and
-            # the groups' counts none (the top groups' backlogs are rwq_group_backlog).
-            if name not in ("rate_limit", "group_concurrency", "groups", "top_groups"):
+            # The rate limit has a gauge of its own (rwq_rate_limit_per_second); the cap, the
+            # groups' rate limit and the groups' counts none (the top groups' backlogs are
+            # rwq_group_backlog).
+            skipped = ("rate_limit", "group_concurrency", "group_rate_limit", "groups")
+            if name not in (*skipped, "top_groups"):
                 assert found[(f"rwq_{name}", P)] == value
         for name, value in asdict(queue.counts(db)).items():
             assert found[(f"rwq_items_{name}_total", P)] == value
