@@ -10,7 +10,7 @@
 --   ever set
 -- arg(2) value: the cap, items of one group in flight (0: none), the group's name, or with
 --   'rate_all' and 'rate_declare' the limit, 'count per_ms burst' ('0': none)
--- arg(3) limit: with 'rate', the group's limit, 'count per_ms burst' ('': none of its own)
+-- arg(3) limit (optional): with 'rate', the group's limit, 'count per_ms burst' ('': none of its own)
 -- Returns 1 when the state was written (a group paused or resumed that was not already), 0
 -- when a declaration found a cap or limit set already or nothing changed.
 -- Keeps: a paused group leaves the ring at its next turn and hands out nothing; a resumed one

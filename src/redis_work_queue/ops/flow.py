@@ -84,19 +84,20 @@ def declare_rates(queues: Sequence[QueueOps]) -> Steps[None]:
 
 @builds("group_set")
 def group_set_call(
-    keys: QueueKeys, mode: str, value: scripts.Arg, limit: scripts.Arg = ""
+    keys: QueueKeys, mode: str, value: scripts.Arg, limit: scripts.Arg | None = None
 ) -> ScriptCall:
     """``lua/group_set.lua``: set the group concurrency or a group rate limit, or (un)pause a group.
 
     ``mode`` is ``'cap'`` or ``'declare'`` (``value``: the cap, 0 for none), ``'pause'`` or
     ``'resume'`` (``value``: the group), ``'rate'`` (``value``: the group, ``limit``: its
-    limit as :func:`~redis_work_queue.flow.rate_spec` makes it, ``''`` for none of its own),
+    limit as :func:`~redis_work_queue.flow.rate_spec` makes it, ``''`` for none of its own;
+    None sends no limit),
     or ``'rate_all'`` or ``'rate_declare'`` (``value``: the limit of every group, ``'0'`` for
     none).
     """
-    if mode == "rate":
-        return ScriptCall.on(keys, "group_set", mode, value, limit)
-    return ScriptCall.on(keys, "group_set", mode, value)
+    if limit is None:
+        return ScriptCall.on(keys, "group_set", mode, value)
+    return ScriptCall.on(keys, "group_set", mode, value, limit)
 
 
 @operation(
