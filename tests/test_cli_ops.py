@@ -382,13 +382,20 @@ def test_ctrl_c_in_a_long_deep_clean(real_db: redis.Redis, redis_url: str) -> No
     lost = 200_000
     for start in range(0, lost, 20_000):
         real_db.mset({f"{P}:item:lost-{n}": b"" for n in range(start, start + 20_000)})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "redis_work_queue.cli", "--url", redis_url, "deep-clean", P],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    # Ctrl-C as at a terminal: a suite started in the background of a shell has SIGINT ignored,
+    # which a child would inherit (and Python would never raise KeyboardInterrupt in it); a
+    # caught signal is not inherited, so the child starts with the default.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "redis_work_queue.cli", "--url", redis_url, "deep-clean", P],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         # The clean is under way once it holds or requeues something.
         wait_for(
