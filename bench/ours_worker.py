@@ -1,11 +1,14 @@
 """Benchmark worker for this library, imported from the working tree (``src/``).
 
-Run by ``run.py`` as ``python bench/ours_worker.py --port P --workload W --out FILE``.
+Run by ``run.py`` as ``python bench/ours_worker.py --port P --workload W --out FILE``. With
+``RWQ_BENCH_SRC`` set (``run.py --before REV``) it imports the library from that tree instead
+and reports itself as ``RWQ_BENCH_IMPL`` (``before``).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from ours_workloads import OURS_ONLY
 from sharded_workloads import SHARDED
 from workloads import DATA, FILL_BATCH, PREFIX, worker_main
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(os.environ.get("RWQ_BENCH_SRC") or Path(__file__).resolve().parents[1] / "src")
+IMPL = os.environ.get("RWQ_BENCH_IMPL", "ours")
 
 
 def _import_ours() -> Any:
@@ -39,10 +43,10 @@ def _import_ours() -> Any:
 class OursQueue:
     """This library behind the workloads' adapter interface."""
 
-    impl = "ours"
     short_lease = 0.05
 
     def __init__(self, rwq: Any, db: redis.Redis) -> None:
+        self.impl = IMPL
         self._rwq = rwq
         self._db = db
         self._q = rwq.WorkQueue(rwq.KeyPrefix(PREFIX))

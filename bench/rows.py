@@ -96,8 +96,9 @@ class Ratio:
         return self.value is not None and test(self.value)
 
 
-def print_table(rows: list[Row]) -> None:
-    header = Row("workload", "ours", "baseline", "ratio", "ratio of", "target", "result")
+def print_table(rows: list[Row], names: tuple[str, str] = ("ours", "baseline")) -> None:
+    """Print ``rows`` as a table; ``names`` heads the two figure columns."""
+    header = Row("workload", *names, "ratio", "ratio of", "target", "result")
     table = [header, *rows]
     columns = [c for c in asdict(header) if c != "needs"]
     widths = {c: max(len(getattr(r, c)) for r in table) for c in columns}

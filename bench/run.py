@@ -1,6 +1,7 @@
 """Benchmark of redis_work_queue against the published baseline, redis-work-queue 0.1.5.
 
 Usage: python bench/run.py [--quick] [--check] [--json FILE] [--only NAME ...] [--pin MODE]
+                          [--before REV]
 
 Starts its own redis-server on a free port, installs the baseline into bench/.baseline/ once,
 runs every workload once per client, each in a fresh worker process on a freshly flushed
@@ -28,6 +29,7 @@ from typing import Any
 
 import redis
 
+import regression
 from rows import (
     Job,
     Ratio,
@@ -334,10 +336,18 @@ def _without(r: Result, key: str) -> Result:
     return {k: v for k, v in r.items() if k != key}
 
 
+#: ``src/`` of the earlier revision of ``--before`` (set by main), for impl ``before``.
+BEFORE: dict[str, Path] = {}
+
+
 def worker_env(impl: str) -> dict[str, str]:
     """The environment of a worker: only its own client importable first."""
     env = dict(os.environ)
     paths = {"ours": str(REPO / "src"), "baseline": str(BASELINE_DIR)}
+    if impl == regression.IMPL and "src" in BEFORE:
+        # This library's worker, on the earlier tree (see regression.py).
+        paths[impl] = env["RWQ_BENCH_SRC"] = str(BEFORE["src"])
+        env["RWQ_BENCH_IMPL"] = impl
     env["PYTHONPATH"] = paths.get(impl, "")  # a peer: neither
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -345,6 +355,8 @@ def worker_env(impl: str) -> dict[str, str]:
 
 def worker_script(impl: str) -> list[str]:
     """The worker script (and its arguments) of client ``impl``."""
+    if impl == regression.IMPL:
+        return [str(WORKERS["ours"])]
     if impl in WORKERS:
         return [str(WORKERS[impl])]
     return [str(PEER_WORKER), "--peer", impl]
@@ -743,12 +755,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="+", metavar="NAME", help="run only jobs whose key starts with NAME"
     )
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also run this library's jobs on src/ as of git revision REV, and set every row "
+        "against it (a row more than 5%% slower fails)",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     modules = [importlib.import_module(name) for name in ROW_MODULES]
     jobs = plan(sizes) + [job for module in modules for job in module.jobs(args.quick)]
     if args.only:
         jobs = [j for j in jobs if j.key.startswith(tuple(args.only))]
+    if args.before:
+        jobs = regression.twin_jobs(jobs)
     jobs = schedule(jobs, sizes.passes)
 
     # SIGTERM ends the run like Ctrl-C, so every redis-server is stopped either way.
@@ -770,6 +790,12 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], Result] = {}
     where = placement(args.pin)
     with tempfile.TemporaryDirectory(prefix="rwq-bench-") as base:
+        if args.before:
+            try:
+                BEFORE["src"] = regression.extract(REPO, args.before, Path(base) / "before")
+            except subprocess.CalledProcessError:
+                print(f"error: no src/ at git revision {args.before!r}", file=sys.stderr)
+                return 2
         server = start_server(Path(base), spawn=where.server)
         port = server.port
         admin = server.client(socket_timeout=None)
@@ -790,9 +816,13 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
 
     ran = {key for key, _ in results}
-    table = build_rows(results, sizes)
-    table += [row for module in modules for row in module.rows(results, args.quick)]
-    rows = [r for r in table if ran.issuperset(r.needs)]
+
+    def table_of(res: dict[tuple[str, str], Result]) -> list[Row]:
+        table = build_rows(res, sizes)
+        table += [row for module in modules for row in module.rows(res, args.quick)]
+        return [r for r in table if ran.issuperset(r.needs)]
+
+    rows = table_of(results)
     mode = "quick" if args.quick else "full"
     print()
     print(
@@ -808,6 +838,16 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
     print_table(rows)
     failed = [r.workload for r in rows if r.result == "FAIL"]
+    if args.before:
+        against, skipped = regression.compare(
+            rows, table_of(regression.as_before(results)), args.before
+        )
+        print()
+        print(f"Every row against the library as of {args.before}, in this run:")
+        print_table(against, ("now", args.before))
+        if skipped:
+            print(f"not compared (no figure on one side): {'; '.join(skipped)}")
+        failed += [f"{r.workload} (against {args.before})" for r in against if r.result == "FAIL"]
     print()
     print(f"{len(failed)} target(s) failed: {', '.join(failed)}" if failed else "all targets met")
     if args.json:
