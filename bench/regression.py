@@ -86,14 +86,27 @@ def compare(now: list[Row], before: list[Row], rev: str) -> tuple[list[Row], lis
     from the earlier tree's results); and the labels of rows that could not be compared."""
     rows: list[Row] = []
     skipped: list[str] = []
-    for new, old in zip(now, before, strict=True):
+    twins = dict(_keyed(before))
+    for key, new in _keyed(now):
         label = new.workload.strip()
-        a, b = speed(new.ours), speed(old.ours)
+        old = twins.get(key)
+        a, b = speed(new.ours), None if old is None else speed(old.ours)
         if a is None and b is None:
             continue  # a row without a figure of this library (a peer's, a note)
-        if a is None or b is None:
+        if a is None or b is None or old is None:
             skipped.append(label)
             continue
         ratio = Ratio(a / b, f"speed now/{rev}", at_least=AT_LEAST)
         rows.append(ratio.row(new.needs, label, new.ours, old.ours))
     return rows, skipped
+
+
+def _keyed(rows: list[Row]) -> list[tuple[tuple[str, int], Row]]:
+    """Each row keyed by its label and how many rows of that label came before it (a row module
+    leaves out rows it has no figures for, so the two tables need not line up)."""
+    seen: dict[str, int] = {}
+    out = []
+    for row in rows:
+        n = seen[row.workload] = seen.get(row.workload, -1) + 1
+        out.append(((row.workload, n), row))
+    return out

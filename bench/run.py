@@ -823,6 +823,11 @@ def main(argv: list[str] | None = None) -> int:
         return [r for r in table if ran.issuperset(r.needs)]
 
     rows = table_of(results)
+    against: list[Row] = []
+    if args.before:
+        against, skipped = regression.compare(
+            rows, table_of(regression.as_before(results)), args.before
+        )
     mode = "quick" if args.quick else "full"
     print()
     print(
@@ -839,9 +844,6 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     failed = [r.workload for r in rows if r.result == "FAIL"]
     if args.before:
-        against, skipped = regression.compare(
-            rows, table_of(regression.as_before(results)), args.before
-        )
         print()
         print(f"Every row against the library as of {args.before}, in this run:")
         print_table(against, ("now", args.before))
@@ -856,6 +858,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": asdict(sizes),
             "results": [{"key": k, "impl": impl, **r} for (k, impl), r in results.items()],
             "rows": [asdict(r) for r in rows],
+            "against_before": [asdict(r) for r in against],
         }
         args.json.write_text(json.dumps(payload, indent=2), encoding="utf-8")
     return 1 if args.check and failed else 0

@@ -273,6 +273,8 @@ class _DeepRun:
         #: The ids this run holds (or held: a hold removed since is skipped by the renewal).
         self.held: list[bytes] = []
         self.renewed = time.monotonic()
+        #: The size of a renewal call, sized by its measured server time as the other steps.
+        self.renewals = Pace()
         #: Whether a call of the run has reached Redis: one that cannot at the start raises at
         #: once (as a runner that cannot reach Redis at its start stops).
         self.reached = False
@@ -309,12 +311,16 @@ class _DeepRun:
         return reply
 
     def renew(self) -> Steps[None]:
-        """Renew every hold of the run, in chunks (each call retried)."""
+        """Renew every hold of the run, in chunks of about :data:`CLEAN_TARGET_US` of server
+        time each (each call retried)."""
         self.renewed = time.monotonic()
-        keys, token = self.ops.keys, self.token
-        for start in range(0, len(self.held), CLEAN_MAX):
-            chunk = self.held[start : start + CLEAN_MAX]
-            yield from self.retried(deep_clean_renew_call(keys, token, HOLD_MS, *chunk))
+        keys, token, pace = self.ops.keys, self.token, self.renewals
+        start = 0
+        while start < len(self.held):
+            chunk = self.held[start : start + pace.size]
+            reply = yield from self.retried(deep_clean_renew_call(keys, token, HOLD_MS, *chunk))
+            pace.update(len(chunk), int(reply[0]))
+            start += len(chunk)
 
 
 def _processing_pass(
