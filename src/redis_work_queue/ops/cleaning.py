@@ -311,8 +311,10 @@ class _DeepRun:
         return reply
 
     def renew(self) -> Steps[None]:
-        """Renew every hold of the run, in chunks of about :data:`CLEAN_TARGET_US` of server
-        time each (each call retried)."""
+        """Renew every hold of the run, each call retried.
+
+        The calls are sized by their measured server time, about :data:`CLEAN_TARGET_US` each.
+        """
         self.renewed = time.monotonic()
         keys, token, pace = self.ops.keys, self.token, self.renewals
         start = 0
