@@ -485,7 +485,10 @@ def deep_clean(
     candidates = yield from _scan(keys, keys.item_pattern(), skip, tally, send)
     tally.examined += len(candidates)
     groups: list[bytes] = []
-    if candidates:
+    # Every grouped item has its group noted in P:grouped: a queue with none of the groups' keys
+    # holds no grouped item, and its keyspace is not scanned a second time for group lists.
+    grouping = (keys.grouped, keys.groups, keys.groups_state, keys.groups_backlog)
+    if candidates and int((yield from send(Command(("EXISTS", *grouping))))):
         pattern = glob_escape(keys.group_prefix) + "*"
         skip = len(keys.group_prefix.encode("utf-8"))
         groups = list((yield from _scan(keys, pattern, skip, tally, send)))

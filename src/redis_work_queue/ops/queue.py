@@ -739,7 +739,7 @@ class QueueOps:
             "deep_clean",
             "forget_gone",
         ),
-        commands=("LLEN",),
+        commands=("LLEN", "EXISTS"),
         cli="deep-clean",
     )
     def deep_clean(self, progress: ProgressCallback | None = None) -> Steps[CleanReport]:
